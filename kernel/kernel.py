@@ -1,0 +1,392 @@
+"""The kernel facade: one ``execute(command) -> reply`` and one ``subscribe``.
+
+Transports translate their wire into :mod:`kernel.model` commands, call
+:meth:`Kernel.execute`, and render the reply plus the session's events. The kernel
+owns the sessions (one actor task each, in its task group), the registries given
+to it by the composition root, and the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import anyio
+import msgspec
+from anyio.abc import TaskGroup
+
+from . import model as m
+from .commands import CommandContext, SlashCommand
+from .files import WorkspaceFiles
+from .hub import Subscription
+from .provider import Provider
+from .session import ClearJob, Session
+from .settings import AgentSettings, Settings, mask_secrets, merge, to_data, validate
+from .store import SessionRecord, SQLiteStore, Store
+from .toolcalls import invoke
+from .tools import Tool, ToolContext
+
+log = logging.getLogger("gateway.kernel")
+
+ProviderFactory = Callable[[Settings], Provider]
+SETTINGS_KEY = "settings.overrides"
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("gateway")
+    except Exception:
+        return "0.0.0"
+
+
+class Kernel:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        providers: Mapping[str, ProviderFactory],
+        tools: Iterable[Tool] = (),
+        commands: Iterable[SlashCommand] = (),
+        store: Store | None = None,
+        shutdown_grace_s: float = 5.0,
+    ) -> None:
+        self.settings = settings
+        self.version = _version()
+        self.provider_factories = dict(providers)
+        self.tools: dict[str, Tool] = {t.name: t for t in tools}
+        self.commands: dict[str, SlashCommand] = {c.name: c for c in commands}
+        self.store: Store = store if store is not None else SQLiteStore(settings.store.path)
+        self.sessions: dict[str, Session] = {}
+        self.started_at = time.time()
+        self.shutdown_grace_s = shutdown_grace_s
+        self._providers: dict[str, Provider] = {}
+        self._task_group: TaskGroup | None = None
+        self._session_lock = anyio.Lock()
+        self._overrides: dict[str, Any] = {}
+
+    # -------------------------------------------------------------- lifecycle
+
+    async def __aenter__(self) -> Kernel:
+        await self.store.open()
+        stored = await self.store.get_value(SETTINGS_KEY)
+        if stored:
+            self._overrides = msgspec.json.decode(stored)
+            try:
+                self.settings = validate(merge(to_data(self.settings), self._overrides))
+            except m.KernelError as exc:
+                log.warning("ignoring stored settings overrides: %s", exc.message)
+        self._task_group = anyio.create_task_group()
+        await self._task_group.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        """Interrupt runs, let them record their end, then stop every actor."""
+        assert self._task_group is not None
+        with anyio.CancelScope(shield=True):
+            for session in self.sessions.values():
+                session.interrupt()
+            with anyio.move_on_after(self.shutdown_grace_s):
+                for session in list(self.sessions.values()):
+                    await session.wait_idle()
+            for session in self.sessions.values():
+                session.close()
+        self._task_group.cancel_scope.cancel()
+        try:
+            result = await self._task_group.__aexit__(*exc_info)
+        finally:
+            with anyio.CancelScope(shield=True):
+                for provider in self._providers.values():
+                    await provider.aclose()
+                await self.store.close()
+        return result
+
+    # -------------------------------------------------------------- registries
+
+    def agent(self, ref: str | None) -> AgentSettings:
+        """An agent by id or name; None or ``default`` is the first configured one."""
+        agents = self.settings.agents
+        if ref is None or ref == "default":
+            return agents[0]
+        for agent in agents:
+            if ref in (agent.agent_id(), agent.name):
+                return agent
+        raise m.KernelError("not_found", f"Agent not found: {ref}")
+
+    def provider_name(self, agent: AgentSettings | None = None) -> str:
+        name = (agent.provider if agent else None) or self.settings.provider.default
+        if name == "auto":
+            name = "openai" if self.settings.provider.openai.api_key else "echo"
+        return name
+
+    def provider_for(self, agent: AgentSettings | None = None) -> Provider:
+        name = self.provider_name(agent)
+        provider = self._providers.get(name)
+        if provider is None:
+            factory = self.provider_factories.get(name)
+            if factory is None:
+                raise m.KernelError("not_found", f"no provider named {name!r} is installed")
+            provider = self._providers[name] = factory(self.settings)
+        return provider
+
+    def tools_for(self, agent: AgentSettings) -> dict[str, Tool]:
+        if "*" in agent.tools:
+            return dict(self.tools)
+        return {name: self.tools[name] for name in agent.tools if name in self.tools}
+
+    def agent_info(self, agent: AgentSettings) -> m.AgentInfo:
+        provider = self.provider_name(agent)
+        model = agent.model or (self.settings.provider.openai.model if provider == "openai" else provider)
+        return m.AgentInfo(
+            id=agent.agent_id(),
+            name=agent.name,
+            description=agent.description,
+            provider=provider,
+            model=model,
+            tools=tuple(self.tools_for(agent)),
+        )
+
+    def files_for(self, session: Session) -> Any:
+        if session.files is not None:
+            return session.files
+        return WorkspaceFiles(self.settings.tools.workspace, max_bytes=self.settings.tools.file_max_bytes)
+
+    async def invoke_tool(self, tool: Tool, arguments: dict[str, Any], session: Session) -> tuple[str, bool, bool]:
+        context = ToolContext(
+            session_id=session.id,
+            agent_id=session.agent.agent_id(),
+            workspace=WorkspaceFiles(self.settings.tools.workspace).root,
+            files=self.files_for(session),
+            store=self.store,
+        )
+        return await invoke(tool, arguments, context, self.settings.tools.timeout_s)
+
+    # -------------------------------------------------------------- sessions
+
+    async def session(self, session_id: str | None = None, agent_id: str | None = None, *, create: bool = True, label: str | None = None) -> Session:
+        """The live session, loaded from the store or created on first use."""
+        if session_id is not None and session_id in self.sessions:
+            return self.sessions[session_id]
+        async with self._session_lock:
+            if session_id is not None and session_id in self.sessions:
+                return self.sessions[session_id]
+            record = await self.store.get_session(session_id) if session_id else None
+            if record is None:
+                if not create:
+                    raise m.KernelError("not_found", f"Session not found: {session_id}")
+                agent = self.agent(agent_id)
+                record = SessionRecord(
+                    session_id=session_id or uuid.uuid4().hex,
+                    agent_id=agent.agent_id(),
+                    label=label,
+                    created_at=time.time(),
+                )
+                await self.store.save_session(record)
+                messages: list[m.Message] = []
+            else:
+                agent = self._agent_or_default(record.agent_id)
+                messages = await self.store.load_messages(record.session_id, self.settings.session.history_cap)
+            session = Session(self, record.session_id, agent, label=record.label, created_at=record.created_at)
+            session.context.extend(messages)
+            self.sessions[session.id] = session
+            assert self._task_group is not None, "use the kernel inside 'async with'"
+            self._task_group.start_soon(session.actor, name=f"session {session.id}")
+            return session
+
+    def _agent_or_default(self, agent_id: str) -> AgentSettings:
+        try:
+            return self.agent(agent_id)
+        except m.KernelError:
+            log.warning("session agent %s is no longer configured; using the default agent", agent_id)
+            return self.agent(None)
+
+    async def subscribe(self, session_id: str, after_seq: int | None = None, *, buffer_size: int | None = None) -> Subscription:
+        session = await self.session(session_id, create=False)
+        return session.hub.subscribe(after_seq, buffer_size=buffer_size)
+
+    # -------------------------------------------------------------- commands
+
+    async def execute(self, command: m.Command) -> m.Reply:
+        """Carry out one command. Failures raise :class:`KernelError` with a stable code."""
+        handler = _HANDLERS.get(type(command))
+        if handler is None:
+            raise m.KernelError("invalid_request", f"unsupported command {type(command).__name__}")
+        return await handler(self, command)
+
+    async def _prompt(self, cmd: m.Prompt) -> m.Reply:
+        session = await self.session(cmd.session_id, cmd.agent_id)
+        parts = cmd.content_parts()
+        if not parts:
+            raise m.KernelError("invalid_request", "empty prompt")
+        job = session.new_run(cmd.request_id, parts=parts, options=cmd.options)
+        queued = session.enqueue(job)
+        return m.Accepted(request_id=cmd.request_id, session_id=session.id, run_id=job.run_id, queued=queued)
+
+    async def _regenerate(self, cmd: m.Regenerate) -> m.Reply:
+        session = await self.session(cmd.session_id, create=False)
+        job = session.new_run(cmd.request_id, options=cmd.options, regenerate=True)
+        queued = session.enqueue(job)
+        return m.Accepted(request_id=cmd.request_id, session_id=session.id, run_id=job.run_id, queued=queued)
+
+    async def _interrupt(self, cmd: m.Interrupt) -> m.Reply:
+        session = await self.session(cmd.session_id, create=False)
+        if not session.interrupt():
+            raise m.KernelError("invalid_request", "No active model output to interrupt")
+        return m.Done(request_id=cmd.request_id, message="interrupted")
+
+    async def _clear(self, cmd: m.ClearContext) -> m.Reply:
+        session = await self.session(cmd.session_id, create=False)
+        if session.busy:
+            session.enqueue(ClearJob(request_id=cmd.request_id))
+            return m.Accepted(request_id=cmd.request_id, session_id=session.id, queued=True)
+        await session.clear_context(cmd.request_id)
+        return m.Done(request_id=cmd.request_id, message="context cleared")
+
+    async def _approve(self, cmd: m.ResolveToolApproval) -> m.Reply:
+        session = await self.session(cmd.session_id, create=False)
+        session.resolve("awaiting_tool_approval", cmd.call_id, cmd.approved, cmd.reason, cmd.remember)
+        return m.Done(request_id=cmd.request_id, message="approved" if cmd.approved else "rejected")
+
+    async def _turns(self, cmd: m.ResolveTurnLimit) -> m.Reply:
+        session = await self.session(cmd.session_id, create=False)
+        session.resolve("awaiting_turn_confirmation", None, cmd.confirmed, cmd.reason)
+        return m.Done(request_id=cmd.request_id, message="confirmed" if cmd.confirmed else "declined")
+
+    async def _run_command(self, cmd: m.RunCommand) -> m.Reply:
+        name = cmd.name.lstrip("/")
+        command = self.commands.get(name)
+        if command is None:
+            raise m.KernelError("not_found", f"Unknown command: /{name}. Try /help.")
+        session = await self.session(cmd.session_id)
+        ctx = CommandContext(kernel=self, session_id=session.id, agent_id=session.agent.agent_id(), request_id=cmd.request_id)
+        output = await command.handler(ctx, cmd.args)
+        return m.CommandOutput(request_id=cmd.request_id, name=name, output=output)
+
+    async def _execute_tool(self, cmd: m.ExecuteTool) -> m.Reply:
+        tool = self.tools.get(cmd.name)
+        if tool is None:
+            raise m.KernelError("not_found", f"Unknown tool: {cmd.name}")
+        session = await self.session(cmd.session_id)
+        result, is_error, _ = await self.invoke_tool(tool, dict(cmd.arguments), session)
+        return m.ToolOutput(request_id=cmd.request_id, name=cmd.name, result=result, is_error=is_error)
+
+    async def _open(self, cmd: m.OpenSession) -> m.Reply:
+        session = await self.session(cmd.session_id, cmd.agent_id, label=cmd.label)
+        return m.SessionOpened(request_id=cmd.request_id, session=session.info())
+
+    async def _delete(self, cmd: m.DeleteSession) -> m.Reply:
+        if cmd.session_id is None:
+            raise m.KernelError("invalid_request", "session_id is required")
+        session = self.sessions.pop(cmd.session_id, None)
+        if session is None and await self.store.get_session(cmd.session_id) is None:
+            raise m.KernelError("not_found", f"Session not found: {cmd.session_id}")
+        if session is not None:
+            session.interrupt()
+            session.close()
+        await self.store.delete_session(cmd.session_id)
+        return m.Done(request_id=cmd.request_id, message="session deleted")
+
+    async def _list_sessions(self, cmd: m.ListSessions) -> m.Reply:
+        agent_id = self.agent(cmd.agent_id).agent_id() if cmd.agent_id else None
+        records = await self.store.list_sessions(agent_id)
+        infos = []
+        for r in records:
+            live = self.sessions.get(r.session_id)
+            infos.append(
+                live.info()
+                if live
+                else m.SessionInfo(session_id=r.session_id, agent_id=r.agent_id, label=r.label, created_at=r.created_at, message_count=r.message_count)
+            )
+        return m.SessionList(request_id=cmd.request_id, sessions=tuple(infos))
+
+    async def _status(self, cmd: m.GetStatus) -> m.Reply:
+        return m.StatusReport(
+            request_id=cmd.request_id,
+            version=self.version,
+            uptime_s=round(time.time() - self.started_at, 3),
+            provider=self.provider_name(),
+            model=self.agent_info(self.agent(None)).model,
+            sessions=len(self.sessions),
+            active_runs=sum(1 for s in self.sessions.values() if s.active is not None),
+            agents=len(self.settings.agents),
+        )
+
+    def settings_view(self) -> dict[str, Any]:
+        return mask_secrets(to_data(self.settings))
+
+    async def _get_settings(self, cmd: m.GetSettings) -> m.Reply:
+        return m.SettingsView(request_id=cmd.request_id, settings=self.settings_view())
+
+    async def _update_settings(self, cmd: m.UpdateSettings) -> m.Reply:
+        await self.update_settings(cmd.changes)
+        return m.SettingsView(request_id=cmd.request_id, settings=self.settings_view())
+
+    async def update_settings(self, changes: dict[str, Any]) -> None:
+        """Validate, apply and persist a partial update; providers are rebuilt lazily."""
+        new = validate(merge(to_data(self.settings), changes))
+        self._overrides = merge(self._overrides, changes)
+        await self.store.set_value(SETTINGS_KEY, msgspec.json.encode(self._overrides))
+        self.settings = new
+        old, self._providers = self._providers, {}
+        for provider in old.values():
+            await provider.aclose()
+        for session in self.sessions.values():
+            session.agent = self._agent_or_default(session.agent.agent_id())
+
+    async def _get_history(self, cmd: m.GetHistory) -> m.Reply:
+        session = await self.session(cmd.session_id)
+        messages = await self.store.load_messages(session.id, cmd.limit or self.settings.session.history_cap)
+        return m.HistoryView(request_id=cmd.request_id, session_id=session.id, messages=tuple(messages))
+
+    async def _save_history(self, cmd: m.SaveHistory) -> m.Reply:
+        session = await self.session(cmd.session_id)
+        if not cmd.messages:
+            session.context.clear()
+            await self.store.replace_messages(session.id, [])
+            return m.Done(request_id=cmd.request_id, message="history cleared")
+        await session.persist(list(cmd.messages))
+        return m.Done(request_id=cmd.request_id, message="history saved")
+
+    async def _clear_history(self, cmd: m.ClearHistory) -> m.Reply:
+        session = await self.session(cmd.session_id)
+        session.context.clear()
+        session.turns = 0
+        await self.store.replace_messages(session.id, [])
+        return m.Done(request_id=cmd.request_id, message="history cleared")
+
+    async def _list_agents(self, cmd: m.ListAgents) -> m.Reply:
+        return m.AgentList(request_id=cmd.request_id, agents=tuple(self.agent_info(a) for a in self.settings.agents))
+
+    async def _list_commands(self, cmd: m.ListCommands) -> m.Reply:
+        return m.CommandList(request_id=cmd.request_id, commands=tuple(c.info() for c in self.commands.values()))
+
+    async def _list_tools(self, cmd: m.ListTools) -> m.Reply:
+        return m.ToolList(request_id=cmd.request_id, tools=tuple(t.info() for t in self.tools.values()))
+
+
+_HANDLERS: dict[type, Callable[[Kernel, Any], Any]] = {
+    m.Prompt: Kernel._prompt,
+    m.Regenerate: Kernel._regenerate,
+    m.Interrupt: Kernel._interrupt,
+    m.ClearContext: Kernel._clear,
+    m.ResolveToolApproval: Kernel._approve,
+    m.ResolveTurnLimit: Kernel._turns,
+    m.RunCommand: Kernel._run_command,
+    m.ExecuteTool: Kernel._execute_tool,
+    m.OpenSession: Kernel._open,
+    m.DeleteSession: Kernel._delete,
+    m.ListSessions: Kernel._list_sessions,
+    m.GetStatus: Kernel._status,
+    m.GetSettings: Kernel._get_settings,
+    m.UpdateSettings: Kernel._update_settings,
+    m.GetHistory: Kernel._get_history,
+    m.SaveHistory: Kernel._save_history,
+    m.ClearHistory: Kernel._clear_history,
+    m.ListAgents: Kernel._list_agents,
+    m.ListCommands: Kernel._list_commands,
+    m.ListTools: Kernel._list_tools,
+}

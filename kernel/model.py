@@ -1,0 +1,530 @@
+"""The one shared model: content parts, commands, events, replies and errors.
+
+Every dialect codec translates to and from these types and nothing else, so a
+conversation started through one transport can be continued or watched through
+another. All types are frozen msgspec Structs in tagged unions (``type`` field,
+snake_case tags) so that the native stdio and HTTP dialects can put them on the
+wire as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+import msgspec
+
+# ---------------------------------------------------------------- errors
+
+ErrorCode = Literal[
+    "parse_error",
+    "invalid_request",
+    "not_found",
+    "busy",
+    "unauthorized",
+    "rate_limited",
+    "too_large",
+    "provider_error",
+    "tool_error",
+    "timeout",
+    "internal",
+]
+
+
+class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """A structured error with a stable code; each dialect maps it to its own shape."""
+
+    code: ErrorCode
+    message: str
+    details: dict[str, Any] | None = None
+
+
+class KernelError(Exception):
+    """Raised by the kernel for a command it cannot carry out."""
+
+    def __init__(self, code: ErrorCode, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code: ErrorCode = code
+        self.message = message
+        self.details = details
+
+    def info(self) -> ErrorInfo:
+        return ErrorInfo(code=self.code, message=self.message, details=self.details)
+
+
+# ---------------------------------------------------------------- content
+
+
+class TextPart(msgspec.Struct, frozen=True, tag="text", tag_field="type"):
+    text: str
+
+
+class ImagePart(msgspec.Struct, frozen=True, tag="image", tag_field="type"):
+    """Raw image bytes; JSON dialects carry them base64-encoded (msgspec does it)."""
+
+    data: bytes
+    mime_type: str = "image/png"
+
+
+class FilePart(msgspec.Struct, frozen=True, tag="file", tag_field="type"):
+    """A file the user attached. Text-like files reach the model as text with their name."""
+
+    name: str
+    data: bytes
+    content_type: str = "text/plain"
+
+
+ContentPart = Union[TextPart, ImagePart, FilePart]
+
+
+def parts_text(parts: list[ContentPart] | tuple[ContentPart, ...]) -> str:
+    """The plain-text view of some parts, used for history listings and slash commands."""
+    chunks: list[str] = []
+    for part in parts:
+        if isinstance(part, TextPart):
+            chunks.append(part.text)
+        elif isinstance(part, FilePart):
+            chunks.append(f"[file {part.name}]")
+        else:
+            chunks.append(f"[image {part.mime_type}]")
+    return "\n".join(chunks)
+
+
+# ---------------------------------------------------------------- conversation
+
+
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool call the model asked for; ``arguments`` is the model's JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One context message, in the shape the providers translate to their APIs."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    parts: tuple[ContentPart, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    created_at: float = 0.0
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+
+# ---------------------------------------------------------------- commands
+
+
+class PromptOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Per-request overrides of the agent's defaults (Agent-CLI ``config`` and friends)."""
+
+    max_tokens: int | None = None
+    system_prompt: str | None = None
+    use_tools: bool = True
+    max_context_messages: int | None = None
+    ask_before_tool_execution: bool | None = None
+    max_tool_iterations: int | None = None
+    model: str | None = None
+    temperature: float | None = None
+
+
+class _Command(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True):
+    """Common fields: the target session and the client's correlation id."""
+
+    session_id: str | None = None
+    request_id: str | None = None
+
+
+class Prompt(_Command, tag="prompt"):
+    parts: tuple[ContentPart, ...] = ()
+    text: str | None = None
+    agent_id: str | None = None
+    options: PromptOptions = PromptOptions()
+
+    def content_parts(self) -> tuple[ContentPart, ...]:
+        if self.text is not None:
+            return (TextPart(self.text), *self.parts)
+        return self.parts
+
+
+class Interrupt(_Command, tag="interrupt"):
+    pass
+
+
+class Regenerate(_Command, tag="regenerate"):
+    options: PromptOptions = PromptOptions()
+
+
+class ClearContext(_Command, tag="clear_context"):
+    pass
+
+
+class ResolveToolApproval(_Command, tag="resolve_tool_approval"):
+    call_id: str | None = None
+    approved: bool = False
+    reason: str | None = None
+    # Remember the answer for this tool for the rest of the session (ACP "always").
+    remember: bool = False
+
+
+class ResolveTurnLimit(_Command, tag="resolve_turn_limit"):
+    confirmed: bool = False
+    reason: str | None = None
+
+
+class RunCommand(_Command, tag="run_command"):
+    """A slash command by name, e.g. ``help`` or ``model gpt-4o``."""
+
+    name: str
+    args: str = ""
+
+
+class ExecuteTool(_Command, tag="execute_tool"):
+    """A direct tool call by a client: not subject to per-run limits or approval."""
+
+    name: str
+    arguments: dict[str, Any] = {}
+
+
+class ListAgents(_Command, tag="list_agents"):
+    pass
+
+
+class ListCommands(_Command, tag="list_commands"):
+    pass
+
+
+class ListTools(_Command, tag="list_tools"):
+    pass
+
+
+class ListSessions(_Command, tag="list_sessions"):
+    agent_id: str | None = None
+
+
+class OpenSession(_Command, tag="open_session"):
+    """Create the session (or find it when it exists) for an agent."""
+
+    agent_id: str | None = None
+    label: str | None = None
+
+
+class DeleteSession(_Command, tag="delete_session"):
+    pass
+
+
+class GetStatus(_Command, tag="get_status"):
+    pass
+
+
+class GetSettings(_Command, tag="get_settings"):
+    pass
+
+
+class UpdateSettings(_Command, tag="update_settings"):
+    """A partial update: nested tables merge into the current settings, then validate."""
+
+    changes: dict[str, Any] = {}
+
+
+class GetHistory(_Command, tag="get_history"):
+    limit: int | None = None
+
+
+class SaveHistory(_Command, tag="save_history"):
+    """Append messages to the history; an empty list clears it."""
+
+    messages: tuple[Message, ...] = ()
+
+
+class ClearHistory(_Command, tag="clear_history"):
+    pass
+
+
+Command = Union[
+    Prompt,
+    Interrupt,
+    Regenerate,
+    ClearContext,
+    ResolveToolApproval,
+    ResolveTurnLimit,
+    RunCommand,
+    ExecuteTool,
+    ListAgents,
+    ListCommands,
+    ListTools,
+    ListSessions,
+    OpenSession,
+    DeleteSession,
+    GetStatus,
+    GetSettings,
+    UpdateSettings,
+    GetHistory,
+    SaveHistory,
+    ClearHistory,
+]
+
+SESSION_COMMANDS = (
+    Prompt,
+    Interrupt,
+    Regenerate,
+    ClearContext,
+    ResolveToolApproval,
+    ResolveTurnLimit,
+)
+
+# ---------------------------------------------------------------- events
+
+StopReason = Literal["end_turn", "max_tokens", "tool_iterations", "turn_limit", "interrupted", "refusal"]
+
+
+class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True):
+    session_id: str
+    seq: int = 0
+
+
+class _RunEvent(_Event, frozen=True, kw_only=True):
+    run_id: str
+    request_id: str | None = None
+
+
+class RunStarted(_RunEvent, tag="run_started"):
+    agent_id: str = ""
+    regenerate: bool = False
+
+
+class TextDelta(_RunEvent, tag="text_delta"):
+    text: str
+
+
+class ReasoningDelta(_RunEvent, tag="reasoning_delta"):
+    text: str
+
+
+class ToolCallStarted(_RunEvent, tag="tool_call"):
+    """The model asked for a tool; sent before approval or execution."""
+
+    call_id: str
+    name: str
+    arguments: str
+    description: str = ""
+    category: str = "general"
+    access: str = "query"
+
+
+class ToolApprovalRequested(_RunEvent, tag="tool_approval_requested"):
+    call_id: str
+    name: str
+    arguments: str
+    description: str = ""
+    timeout_s: float | None = None
+
+
+class ToolResult(_RunEvent, tag="tool_result"):
+    call_id: str
+    name: str
+    result: str
+    is_error: bool = False
+    rejected: bool = False
+
+
+class TurnLimitReached(_RunEvent, tag="turn_limit_reached"):
+    current_turns: int
+    max_turns: int
+    reason: str = ""
+
+
+class TurnStarted(_RunEvent, tag="turn_started"):
+    """One model call begins (turn = model call, as Agent-CLI counts them)."""
+
+    turn: int
+    iteration: int = 0
+
+
+class RunFinished(_RunEvent, tag="run_finished"):
+    text: str
+    usage: Usage = Usage()
+    interrupted: bool = False
+    stop_reason: StopReason = "end_turn"
+    iterations: int = 0
+    tool_calls: int = 0
+    rejected_tools: tuple[tuple[str, str], ...] = ()
+
+
+class RunFailed(_RunEvent, tag="run_failed"):
+    error: ErrorInfo
+    text: str = ""
+    usage: Usage = Usage()
+
+
+class ContextCleared(_Event, tag="context_cleared"):
+    request_id: str | None = None
+
+
+class SubscriberLagged(_Event, tag="subscriber_lagged"):
+    """Sent as the last event to a subscriber that fell too far behind.
+
+    It can subscribe again with ``after_seq=last_seq`` to resume while the
+    events are retained.
+    """
+
+    last_seq: int
+    error: ErrorInfo
+
+
+Event = Union[
+    RunStarted,
+    TextDelta,
+    ReasoningDelta,
+    ToolCallStarted,
+    ToolApprovalRequested,
+    ToolResult,
+    TurnLimitReached,
+    TurnStarted,
+    RunFinished,
+    RunFailed,
+    ContextCleared,
+    SubscriberLagged,
+]
+
+RUN_END_EVENTS = (RunFinished, RunFailed)
+
+# ---------------------------------------------------------------- replies
+
+
+class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    name: str
+    description: str = ""
+    provider: str = ""
+    model: str = ""
+    tools: tuple[str, ...] = ()
+
+
+class ToolInfo(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    category: str = "general"
+    access: str = "query"
+    requires_approval: bool = False
+
+
+class CommandInfo(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    description: str
+    usage: str = ""
+
+
+class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
+    session_id: str
+    agent_id: str
+    label: str | None = None
+    created_at: float = 0.0
+    message_count: int = 0
+    state: str = "idle"
+    last_seq: int = 0
+
+
+class _Reply(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True):
+    request_id: str | None = None
+
+
+class Accepted(_Reply, tag="accepted"):
+    """A command that starts or steers a run was taken; its outcome comes as events."""
+
+    session_id: str
+    run_id: str | None = None
+    queued: bool = False
+
+
+class Done(_Reply, tag="ok"):
+    message: str = ""
+
+
+class AgentList(_Reply, tag="agents"):
+    agents: tuple[AgentInfo, ...]
+
+
+class CommandList(_Reply, tag="commands"):
+    commands: tuple[CommandInfo, ...]
+
+
+class ToolList(_Reply, tag="tools"):
+    tools: tuple[ToolInfo, ...]
+
+
+class SessionList(_Reply, tag="sessions"):
+    sessions: tuple[SessionInfo, ...]
+
+
+class SessionOpened(_Reply, tag="session"):
+    session: SessionInfo
+
+
+class CommandOutput(_Reply, tag="command_output"):
+    name: str
+    output: str
+
+
+class ToolOutput(_Reply, tag="tool_output"):
+    name: str
+    result: str
+    is_error: bool = False
+
+
+class StatusReport(_Reply, tag="status"):
+    version: str
+    uptime_s: float
+    provider: str
+    model: str
+    sessions: int
+    active_runs: int
+    agents: int
+
+
+class SettingsView(_Reply, tag="settings"):
+    """Settings as plain data with every secret masked."""
+
+    settings: dict[str, Any]
+
+
+class HistoryView(_Reply, tag="history"):
+    session_id: str
+    messages: tuple[Message, ...]
+
+
+class ErrorReply(_Reply, tag="error"):
+    error: ErrorInfo
+
+
+Reply = Union[
+    Accepted,
+    Done,
+    AgentList,
+    CommandList,
+    ToolList,
+    SessionList,
+    SessionOpened,
+    CommandOutput,
+    ToolOutput,
+    StatusReport,
+    SettingsView,
+    HistoryView,
+    ErrorReply,
+]

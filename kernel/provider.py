@@ -1,0 +1,98 @@
+"""The provider seam: what the run loop needs from an LLM, and nothing more.
+
+A provider turns a :class:`ProviderRequest` into an async stream of small chunks.
+Tool calls arrive as fragments keyed by index (as OpenAI-compatible APIs send
+them); the run loop assembles them. Providers are plugins (``plugins/``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Literal, Protocol, Union, runtime_checkable
+
+import msgspec
+
+from .model import Message, Usage
+
+
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool as the model sees it (OpenAI function-calling shape)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
+    model: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+class TextChunk(msgspec.Struct, frozen=True):
+    text: str
+
+
+class ReasoningChunk(msgspec.Struct, frozen=True):
+    text: str
+
+
+class ToolCallChunk(msgspec.Struct, frozen=True, kw_only=True):
+    """A fragment of a tool call; id and name usually come only in the first one."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+class UsageChunk(msgspec.Struct, frozen=True):
+    usage: Usage
+
+
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
+
+
+class FinishChunk(msgspec.Struct, frozen=True):
+    reason: FinishReason
+
+
+Chunk = Union[TextChunk, ReasoningChunk, ToolCallChunk, UsageChunk, FinishChunk]
+
+
+class ProviderError(Exception):
+    """A failure talking to the model; ``code`` is one of the kernel's error codes."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: Literal["provider_error", "rate_limited", "timeout", "unauthorized", "invalid_request", "not_found"] = "provider_error",
+        status: int | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+        self.retry_after_s = retry_after_s
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """An LLM backend. ``stream`` is an async generator function.
+
+    The run loop consumes it inside ``contextlib.aclosing`` so that an interrupt
+    (a cancelled scope) closes the upstream response at once.
+    """
+
+    name: str
+
+    @property
+    def model(self) -> str: ...
+
+    def stream(self, request: ProviderRequest) -> AsyncIterator[Chunk]: ...
+
+    async def aclose(self) -> None: ...

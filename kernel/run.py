@@ -1,0 +1,272 @@
+"""The run loop: provider stream -> deltas -> tool calls -> results -> ... -> answer.
+
+One run answers one prompt (or regenerates the last answer). It may span several
+model calls ("turns") when the model uses tools. An interrupt cancels the run's
+scope: the provider stream is closed at once, partial text is kept, and the run
+ends with ``run_finished(interrupted=True)`` exactly once. A provider failure ends
+it with ``run_failed``; the session lives on either way.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import aclosing
+from typing import TYPE_CHECKING
+
+import anyio
+import msgspec
+
+from .model import (
+    ErrorInfo,
+    FilePart,
+    ImagePart,
+    KernelError,
+    Message,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    StopReason,
+    TextDelta,
+    TextPart,
+    ReasoningDelta,
+    ToolCall,
+    TurnLimitReached,
+    TurnStarted,
+    Usage,
+)
+from .provider import (
+    FinishChunk,
+    ProviderError,
+    ProviderRequest,
+    ReasoningChunk,
+    TextChunk,
+    ToolCallChunk,
+    UsageChunk,
+)
+from .session import ActiveRun, Question, RunJob, Session
+from .toolcalls import ToolRunner
+
+if TYPE_CHECKING:
+    from .provider import Provider
+
+log = logging.getLogger("gateway.kernel")
+
+
+class RunState:
+    """What a run has produced so far; kept when the run is interrupted."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.usage = Usage()
+        self.iterations = 0
+        self.tool_calls = 0
+        self.rejected: list[tuple[str, str]] = []
+        self.new_messages: list[Message] = []
+        self.open_calls: list[ToolCall] = []
+        self.partial = ""
+
+
+def user_message(parts: tuple[object, ...]) -> Message:
+    if all(isinstance(p, TextPart) for p in parts):
+        return Message(role="user", content="\n".join(p.text for p in parts))  # type: ignore[attr-defined]
+    return Message(role="user", content="", parts=parts)  # type: ignore[arg-type]
+
+
+async def execute_run(session: Session, run: ActiveRun) -> None:
+    job = run.job
+    kernel = session.kernel
+    ids = {"session_id": session.id, "run_id": job.run_id, "request_id": job.request_id}
+    state = RunState()
+    try:
+        await _prepare(session, job)
+    except KernelError as exc:
+        session.emit(RunStarted(**ids, agent_id=session.agent.agent_id(), regenerate=job.regenerate))
+        session.emit(RunFailed(**ids, error=exc.info()))
+        return
+    session.emit(RunStarted(**ids, agent_id=session.agent.agent_id(), regenerate=job.regenerate))
+    error: ErrorInfo | None = None
+    stop: StopReason = "end_turn"
+    with run.scope:
+        try:
+            stop = await _loop(session, run, state, ids)
+        except ProviderError as exc:
+            error = ErrorInfo(code=exc.code, message=exc.message, details=_provider_details(exc))
+        except KernelError as exc:
+            error = exc.info()
+        except Exception as exc:
+            log.exception("run %s failed", job.run_id)
+            error = ErrorInfo(code="internal", message=f"internal error: {type(exc).__name__}: {exc}")
+    interrupted = run.interrupted and error is None
+    if interrupted:
+        stop = "interrupted"
+        if state.partial:
+            state.text += state.partial
+            state.new_messages.append(Message(role="assistant", content=state.partial))
+    for call in state.open_calls:
+        state.new_messages.append(
+            Message(role="tool", tool_call_id=call.id, name=call.name, content="interrupted before the tool finished")
+        )
+    with anyio.CancelScope(shield=True):
+        await session.persist(state.new_messages)
+    if error is not None:
+        session.emit(RunFailed(**ids, error=error, text=state.text, usage=state.usage))
+        return
+    session.emit(
+        RunFinished(
+            **ids,
+            text=state.text,
+            usage=state.usage,
+            interrupted=interrupted,
+            stop_reason=stop,
+            iterations=state.iterations,
+            tool_calls=state.tool_calls,
+            rejected_tools=tuple(state.rejected),
+        )
+    )
+
+
+async def _prepare(session: Session, job: RunJob) -> None:
+    if job.regenerate:
+        last_user = max((i for i, m in enumerate(session.context) if m.role == "user"), default=None)
+        if last_user is None:
+            raise KernelError("invalid_request", "nothing to regenerate: the session has no user message")
+        del session.context[last_user + 1 :]
+        await session.kernel.store.replace_messages(session.id, session.context)
+        return
+    if not job.parts:
+        raise KernelError("invalid_request", "empty prompt")
+    for part in job.parts:
+        if isinstance(part, TextPart) and not part.text.strip() and len(job.parts) == 1:
+            raise KernelError("invalid_request", "empty prompt")
+    await session.persist([user_message(job.parts)])
+
+
+async def _loop(session: Session, run: ActiveRun, state: RunState, ids: dict[str, str | None]) -> StopReason:
+    kernel = session.kernel
+    agent = session.agent
+    options = run.job.options
+    provider = kernel.provider_for(agent)
+    tools = ToolRunner(session, run, state, ids) if options.use_tools else None
+    max_iterations = options.max_tool_iterations or agent.max_tool_iterations
+    for iteration in range(max_iterations + 1):
+        if agent.max_turns > 0 and session.turns >= agent.max_turns:
+            if not await _confirm_turns(session, run, ids):
+                return "turn_limit"
+        session.turns += 1
+        state.iterations = iteration
+        session.emit(TurnStarted(**ids, turn=session.turns, iteration=iteration))
+        request = ProviderRequest(
+            model=options.model or session.model_override or agent.model or provider.model,
+            messages=_window(session, options),
+            tools=tools.specs() if tools is not None else (),
+            max_tokens=options.max_tokens,
+            temperature=options.temperature,
+        )
+        calls, finish = await _stream(session, provider, request, state, ids)
+        text, state.partial = state.partial, ""
+        state.text += text
+        if not calls:
+            if text:
+                state.new_messages.append(Message(role="assistant", content=text))
+            return "max_tokens" if finish == "length" else "end_turn"
+        state.new_messages.append(Message(role="assistant", content=text, tool_calls=tuple(calls)))
+        state.open_calls = list(calls)
+        assert tools is not None
+        for call in calls:
+            state.new_messages.append(await tools.run(call))
+            state.open_calls.remove(call)
+        # Tool results must reach the store before the next model call is acknowledged.
+        await session.persist(state.new_messages)
+        state.new_messages = []
+    return "tool_iterations"
+
+
+def _window(session: Session, options) -> tuple[Message, ...]:  # type: ignore[no-untyped-def]
+    agent = session.agent
+    limit = options.max_context_messages or agent.max_context_messages
+    window = session.context[-limit:] if limit > 0 else []
+    while window and window[0].role == "tool":
+        window = window[1:]
+    system = options.system_prompt if options.system_prompt is not None else agent.system_prompt
+    head = (Message(role="system", content=system),) if system else ()
+    return head + tuple(_model_view(m) for m in window)
+
+
+def _model_view(message: Message) -> Message:
+    """Files become text with their name; images stay parts (providers send data URLs)."""
+    if not message.parts:
+        return message
+    parts: list[object] = []
+    for part in message.parts:
+        if isinstance(part, FilePart):
+            body = part.data.decode("utf-8", errors="replace")
+            parts.append(TextPart(f"File: {part.name} ({part.content_type})\n```\n{body}\n```"))
+        else:
+            parts.append(part)
+    if all(isinstance(p, TextPart) for p in parts):
+        return msgspec.structs.replace(message, content="\n\n".join(p.text for p in parts), parts=())  # type: ignore[attr-defined]
+    return msgspec.structs.replace(message, parts=tuple(parts))  # type: ignore[arg-type]
+
+
+async def _stream(
+    session: Session, provider: Provider, request: ProviderRequest, state: RunState, ids: dict[str, str | None]
+) -> tuple[list[ToolCall], str | None]:
+    fragments: dict[int, dict[str, str]] = {}
+    finish: str | None = None
+    async with aclosing(provider.stream(request)) as chunks:  # type: ignore[type-var]
+        async for chunk in chunks:
+            if isinstance(chunk, TextChunk):
+                if chunk.text:
+                    state.partial += chunk.text
+                    session.emit(TextDelta(**ids, text=chunk.text))
+            elif isinstance(chunk, ReasoningChunk):
+                if chunk.text:
+                    session.emit(ReasoningDelta(**ids, text=chunk.text))
+            elif isinstance(chunk, ToolCallChunk):
+                slot = fragments.setdefault(chunk.index, {"id": "", "name": "", "arguments": ""})
+                if chunk.id:
+                    slot["id"] = chunk.id
+                if chunk.name and chunk.name != slot["name"]:
+                    slot["name"] += chunk.name
+                slot["arguments"] += chunk.arguments
+            elif isinstance(chunk, UsageChunk):
+                state.usage = state.usage + chunk.usage
+            elif isinstance(chunk, FinishChunk):
+                finish = chunk.reason
+    calls = [
+        ToolCall(id=slot["id"] or f"call_{ids['run_id']}_{index}", name=slot["name"], arguments=slot["arguments"] or "{}")
+        for index, slot in sorted(fragments.items())
+        if slot["name"]
+    ]
+    return calls, finish
+
+
+async def _confirm_turns(session: Session, run: ActiveRun, ids: dict[str, str | None]) -> bool:
+    agent = session.agent
+    question = Question(None)
+    run.question = question
+    session.state = "awaiting_turn_confirmation"
+    session.emit(
+        TurnLimitReached(
+            **ids,
+            current_turns=session.turns,
+            max_turns=agent.max_turns,
+            reason=f"the session reached its limit of {agent.max_turns} model turns",
+        )
+    )
+    with anyio.move_on_after(session.kernel.settings.session.turn_confirmation_timeout_s):
+        await question.answered.wait()
+    run.question = None
+    session.state = "running"
+    if question.yes:
+        session.turns = 0
+    return question.yes
+
+
+def _provider_details(exc: ProviderError) -> dict[str, object] | None:
+    details: dict[str, object] = {}
+    if exc.status is not None:
+        details["status"] = exc.status
+    if exc.retry_after_s is not None:
+        details["retry_after_s"] = exc.retry_after_s
+    return details or None

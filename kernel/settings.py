@@ -1,0 +1,181 @@
+"""Settings: msgspec Structs loaded from TOML, with environment overrides for secrets.
+
+``config/gateway.toml`` documents every option with its default; a test keeps the
+two equal. Units are in the names (``_s`` seconds, ``_bytes``).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+import uuid
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .model import KernelError
+
+AGENT_NAMESPACE = uuid.UUID("6f1c1d2e-8a4b-4c39-9d51-2b7f0e3a9c11")
+DEFAULT_AGENT_NAME = "General Assistant"
+
+DEFAULT_TOOL_LIMITS: dict[str, int] = {
+    "persona_query_max": 1,
+    "persona_update_max": 1,
+    "task_query_max": 4,
+    "task_update_max": 2,
+    "memory_query_max": 20,
+    "memory_update_max": 10,
+}
+
+
+class OpenAISettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    api_key: str | None = None
+    base_url: str | None = None
+    model: str = "gpt-4o-mini"
+    timeout_s: float = 60.0
+    max_retries: int = 2
+
+
+class ProviderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    # "auto": the openai provider when an API key is configured, else the offline echo model.
+    default: str = "auto"
+    openai: OpenAISettings = msgspec.field(default_factory=OpenAISettings)
+
+
+class AgentSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    name: str = DEFAULT_AGENT_NAME
+    id: str | None = None
+    description: str = "A helpful general-purpose assistant."
+    system_prompt: str = "You are a helpful assistant."
+    provider: str | None = None
+    model: str | None = None
+    tools: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    max_turns: int = 0
+    max_tool_iterations: int = 10
+    max_context_messages: int = 100
+    ask_before_tool_execution: bool = False
+
+    def agent_id(self) -> str:
+        return self.id or str(uuid.uuid5(AGENT_NAMESPACE, self.name))
+
+
+class SessionSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    inbox_size: int = 16
+    subscriber_buffer: int = 512
+    lag_grace_s: float = 5.0
+    event_retention: int = 4096
+    approval_timeout_s: float = 300.0
+    turn_confirmation_timeout_s: float = 600.0
+    history_cap: int = 500
+
+
+class ToolSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    workspace: str = "."
+    file_max_bytes: int = 1_048_576
+    result_max_chars: int = 65_536
+    timeout_s: float = 60.0
+    limits: dict[str, int] = msgspec.field(default_factory=lambda: dict(DEFAULT_TOOL_LIMITS))
+
+
+class StoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    path: str = "~/.local/share/gateway/gateway.db"
+
+
+class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    log_level: str = "info"
+    provider: ProviderSettings = msgspec.field(default_factory=ProviderSettings)
+    agents: list[AgentSettings] = msgspec.field(default_factory=lambda: [AgentSettings()])
+    session: SessionSettings = msgspec.field(default_factory=SessionSettings)
+    tools: ToolSettings = msgspec.field(default_factory=ToolSettings)
+    store: StoreSettings = msgspec.field(default_factory=StoreSettings)
+    # Each transport decodes its own section into its ``Config`` struct.
+    transports: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+
+
+ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
+    "OPENAI_API_KEY": ("provider", "openai", "api_key"),
+    "OPENAI_BASE_URL": ("provider", "openai", "base_url"),
+    "OPENAI_MODEL": ("provider", "openai", "model"),
+    "GATEWAY_DB": ("store", "path"),
+}
+
+SECRET_KEYS = frozenset({"api_key", "token", "password", "secret"})
+
+
+def mask_secret(value: str | None) -> str | None:
+    """``sk-abcdef123456`` -> ``sk-…3456``: enough to recognise a key, never to use it."""
+    if not value:
+        return value
+    if len(value) <= 8:
+        return "…"
+    prefix = value[:3] if value[2:3] == "-" else ""
+    return f"{prefix}…{value[-4:]}"
+
+
+def mask_secrets(data: Any) -> Any:
+    """A copy of plain data with every secret-named field masked."""
+    if isinstance(data, dict):
+        return {
+            k: (mask_secret(v) if k in SECRET_KEYS and isinstance(v, str) else mask_secrets(v))
+            for k, v in data.items()
+        }
+    if isinstance(data, list):
+        return [mask_secrets(v) for v in data]
+    return data
+
+
+def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``changes`` into a copy of ``base`` (tables merge, values replace)."""
+    out = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def validate(data: dict[str, Any]) -> Settings:
+    """Convert plain data to Settings, with a clear ``invalid_request`` error."""
+    try:
+        settings = msgspec.convert(data, Settings)
+    except msgspec.ValidationError as exc:
+        raise KernelError("invalid_request", f"invalid settings: {exc}") from None
+    problems = [f"tools.limits.{k} must be >= 1" for k, v in settings.tools.limits.items() if v < 1]
+    names = [a.name for a in settings.agents]
+    if not names:
+        problems.append("at least one agent is required")
+    if len(set(names)) != len(names):
+        problems.append("agent names must be unique")
+    for field in ("inbox_size", "subscriber_buffer", "event_retention", "history_cap"):
+        if getattr(settings.session, field) < 1:
+            problems.append(f"session.{field} must be >= 1")
+    if problems:
+        raise KernelError("invalid_request", "invalid settings: " + "; ".join(problems))
+    return settings
+
+
+def to_data(settings: Settings) -> dict[str, Any]:
+    return msgspec.to_builtins(settings)
+
+
+def load_settings(path: str | Path | None = None, env: dict[str, str] | None = None) -> Settings:
+    """Defaults, then the TOML file, then environment overrides (secrets live there)."""
+    env = dict(os.environ) if env is None else env
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except FileNotFoundError:
+            raise KernelError("not_found", f"config file not found: {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise KernelError("parse_error", f"config file {path}: {exc}") from None
+    for var, keys in ENV_OVERRIDES.items():
+        if env.get(var):
+            node = data
+            for key in keys[:-1]:
+                node = node.setdefault(key, {})
+            node[keys[-1]] = env[var]
+    return validate(data)
