@@ -88,11 +88,8 @@ class Kernel:
         """Interrupt runs, let them record their end, then stop every actor."""
         assert self._task_group is not None
         with anyio.CancelScope(shield=True):
-            for session in self.sessions.values():
-                session.interrupt()
-            with anyio.move_on_after(self.shutdown_grace_s):
-                for session in list(self.sessions.values()):
-                    await session.wait_idle()
+            self.interrupt_all()
+            await self.wait_idle(self.shutdown_grace_s)
             for session in self.sessions.values():
                 session.close()
         self._task_group.cancel_scope.cancel()
@@ -104,6 +101,18 @@ class Kernel:
                     await provider.aclose()
                 await self.store.close()
         return result
+
+    def interrupt_all(self) -> int:
+        """Interrupt every active run (shutdown); returns how many were running."""
+        return sum(1 for session in self.sessions.values() if session.interrupt())
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no session has work, at most ``timeout_s``; False on timeout."""
+        with anyio.move_on_after(timeout_s):
+            for session in list(self.sessions.values()):
+                await session.wait_idle()
+            return True
+        return False
 
     # -------------------------------------------------------------- registries
 

@@ -30,7 +30,7 @@ ErrorCode = Literal[
 ]
 
 
-class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):
+class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A structured error with a stable code; each dialect maps it to its own shape."""
 
     code: ErrorCode

@@ -1,0 +1,1 @@
+"""The composition root: the ``gateway`` CLI, settings loading, and serving."""

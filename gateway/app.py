@@ -1,0 +1,128 @@
+"""Build a kernel from settings and plugins; serve transports over it until stopped.
+
+Shutdown order matters for clients: on SIGINT/SIGTERM the runs are interrupted
+first (so every client sees its run end as interrupted), then the transports are
+cancelled (they close their connections, 1001 for WebSockets), then the kernel
+flushes and closes the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import anyio
+import msgspec
+
+from kernel import Kernel, SQLiteStore
+from kernel.settings import Settings
+from plugins.manager import BUILTIN_PLUGINS, Registry, load_plugins
+from transports.base import load_config
+
+log = logging.getLogger("gateway")
+
+BUILTIN_TRANSPORT_PLUGINS = (
+    "transports.stdio.plugin",
+    "transports.openfang.plugin",
+    "transports.agent_cli.plugin",
+    "transports.packet.plugin",
+    "transports.http.plugin",
+    "transports.acp.plugin",
+)
+
+
+class StartupError(Exception):
+    """A problem the user must fix before the gateway can start."""
+
+
+def load_registry(*, use_entry_points: bool = True) -> Registry:
+    return load_plugins((*BUILTIN_PLUGINS, *BUILTIN_TRANSPORT_PLUGINS), use_entry_points=use_entry_points)
+
+
+def section_name(transport_name: str) -> str:
+    """``agent-cli`` is configured under ``[transports.agent_cli]``."""
+    return transport_name.replace("-", "_")
+
+
+def build_kernel(settings: Settings, registry: Registry, **kwargs: Any) -> Kernel:
+    return Kernel(
+        settings,
+        providers=registry.providers,
+        tools=registry.tools.values(),
+        commands=registry.commands.values(),
+        store=SQLiteStore(settings.store.path),
+        **kwargs,
+    )
+
+
+def transport_configs(settings: Settings, registry: Registry, names: Iterable[str], overrides: dict[str, Any]) -> dict[str, Any]:
+    configs: dict[str, Any] = {}
+    for name in names:
+        cls = registry.transports.get(name)
+        if cls is None:
+            known = ", ".join(sorted(registry.transports)) or "none"
+            raise StartupError(f"unknown transport {name!r} (installed: {known})")
+        data = dict(settings.transports.get(section_name(name), {}))
+        fields = {f.name for f in msgspec.structs.fields(cls.Config)}
+        data.update({k: v for k, v in overrides.items() if k in fields})
+        try:
+            configs[name] = load_config(cls, data)
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
+    return configs
+
+
+def describe_provider(kernel: Kernel) -> str:
+    name = kernel.provider_name()
+    if name == "echo":
+        return (
+            "model: the offline echo model (it repeats your prompt; no LLM is called). "
+            "Set OPENAI_API_KEY (and OPENAI_BASE_URL for another OpenAI-compatible server) "
+            "or [provider.openai] in the config file to use a real model."
+        )
+    info = kernel.agent_info(kernel.agent(None))
+    return f"model: {info.model} via provider {name}"
+
+
+async def serve(settings: Settings, registry: Registry, configs: dict[str, Any]) -> None:
+    """Serve the transports (name -> config, see :func:`transport_configs`) until stopped."""
+    kernel = build_kernel(settings, registry)
+    async with kernel:
+        log.info(describe_provider(kernel))
+        async with anyio.create_task_group() as outer:
+            transports_scope = anyio.CancelScope()
+            outer.start_soon(_watch_signals, kernel, transports_scope)
+            with transports_scope:
+                async with anyio.create_task_group() as tg:
+                    for name, config in configs.items():
+                        transport = registry.transports[name]()
+                        address = await tg.start(transport.serve, kernel, config)
+                        log.info("transport %s ready%s", name, f" on {address}" if address else "")
+            outer.cancel_scope.cancel()
+        log.info("shutting down: flushing the store")
+
+
+async def _watch_signals(kernel: Kernel, transports_scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("received %s: interrupting runs and closing connections", signal.Signals(signum).name)
+            running = kernel.interrupt_all()
+            if running:
+                await kernel.wait_idle(5.0)
+                await anyio.sleep(0.05)  # let transports write the final events
+            transports_scope.cancel()
+            return
+
+
+def setup_logging(level: str) -> None:
+    """Logs go to stderr only: in stdio mode stdout carries protocol alone."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, level.upper(), logging.INFO))
+    for noisy in ("hypercorn.access", "httpx", "httpcore", "openai"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

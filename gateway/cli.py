@@ -1,0 +1,126 @@
+"""``gateway``: serve transports, list them, show the effective configuration."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+import anyio
+import msgspec
+
+from kernel import KernelError
+from kernel.settings import Settings, load_settings, mask_secrets
+
+from . import app
+
+log = logging.getLogger("gateway")
+
+
+def _version() -> str:
+    from kernel.kernel import _version as kernel_version
+
+    return kernel_version()
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gateway", description="A pluggable transport gateway for AI agents.")
+    parser.add_argument("--version", action="version", version=f"gateway {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the kernel and serve one or more transports")
+    serve.add_argument("--transport", "-t", action="append", required=True, metavar="NAME", help="a transport to serve (repeatable)")
+    serve.add_argument("--config", "-c", metavar="FILE", help="a gateway.toml file")
+    serve.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio", help="the async backend (default asyncio)")
+    serve.add_argument("--host", help="bind address for the network transports")
+    serve.add_argument("--port", type=int, help="port for the network transport (0 = any free port)")
+    serve.add_argument("--token", help="require this token from clients (else GATEWAY_TOKEN)")
+    serve.add_argument("--db", metavar="PATH", help="the SQLite store (default from the config)")
+    serve.add_argument(
+        "--set", "-o", action="append", default=[], metavar="TRANSPORT.KEY=VALUE",
+        help="override one transport setting, e.g. openfang.coalesce_ms=0 (value parsed as JSON when it can be)",
+    )
+
+    sub.add_parser("transports", help="list the installed transports with their default settings")
+    config = sub.add_parser("config", help="print the effective configuration (secrets masked)")
+    config.add_argument("--config", "-c", metavar="FILE")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "transports":
+            return _transports()
+        settings = load_settings(args.config)
+        if args.command == "config":
+            print(json.dumps(mask_secrets(msgspec.to_builtins(settings)), indent=2))
+            return 0
+        return _serve(args, settings)
+    except (KernelError, app.StartupError) as exc:
+        print(f"gateway: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 2
+
+
+def _transports() -> int:
+    registry = app.load_registry()
+    for name, cls in sorted(registry.transports.items()):
+        defaults = msgspec.to_builtins(cls.Config())
+        print(f"{name}\t{getattr(cls, 'description', '')}")
+        print(f"\t[transports.{app.section_name(name)}] {json.dumps(mask_secrets(defaults))}")
+    _report_problems(registry)
+    return 0
+
+
+def _report_problems(registry: app.Registry) -> None:
+    for problem in registry.problems:
+        print(f"gateway: plugin {problem.plugin}: {problem.reason}", file=sys.stderr)
+
+
+def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    app.setup_logging(settings.log_level)
+    if args.db:
+        settings.store.path = args.db
+    overrides: dict[str, Any] = {}
+    for key in ("host", "port", "token"):
+        if getattr(args, key) is not None:
+            overrides[key] = getattr(args, key)
+    for item in args.set:
+        target, _, value = item.partition("=")
+        transport, _, key = target.partition(".")
+        if not key or not _:
+            print(f"gateway: --set wants TRANSPORT.KEY=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        section = settings.transports.setdefault(app.section_name(transport), {})
+        section[key] = _parse_value(value)
+    registry = app.load_registry()
+    _report_problems(registry)
+    configs = app.transport_configs(settings, registry, args.transport, overrides)
+    try:
+        anyio.run(app.serve, settings, registry, configs, backend=args.backend)
+    except KeyboardInterrupt:
+        pass
+    except BaseExceptionGroup as group:
+        for exc in _leaves(group):
+            print(f"gateway: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out

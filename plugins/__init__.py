@@ -1,0 +1,1 @@
+"""Built-in plugins and the plugin system (pluggy, project name ``gateway``)."""

@@ -1,0 +1,68 @@
+"""Built-in slash commands: help, clear, history, tools, model, config, status."""
+
+from __future__ import annotations
+
+import msgspec
+
+from kernel import model as m
+from kernel.commands import CommandContext, SlashCommand
+
+
+async def _help(ctx: CommandContext, args: str) -> str:
+    lines = [f"/{c.name} — {c.description}" for c in ctx.kernel.commands.values()]
+    return "Available commands:\n" + "\n".join(lines)
+
+
+async def _clear(ctx: CommandContext, args: str) -> str:
+    reply = await ctx.kernel.execute(m.ClearContext(session_id=ctx.session_id, request_id=ctx.request_id))
+    return "Context cleared." if isinstance(reply, m.Done) else "Context will be cleared after the current run."
+
+
+async def _history(ctx: CommandContext, args: str) -> str:
+    count = int(args) if args.strip().isdigit() else 10
+    session = await ctx.kernel.session(ctx.session_id)
+    recent = [msg for msg in session.context if msg.role in ("user", "assistant") and (msg.content or msg.parts)][-count:]
+    if not recent:
+        return "No messages yet."
+    return "\n".join(f"{msg.role}: {msg.content or m.parts_text(msg.parts)}" for msg in recent)
+
+
+async def _tools(ctx: CommandContext, args: str) -> str:
+    tools = ctx.kernel.tools.values()
+    if not tools:
+        return "No tools installed."
+    return "\n".join(f"{t.name} [{t.category}/{t.access}{', asks first' if t.requires_approval else ''}] — {t.description}" for t in tools)
+
+
+async def _model(ctx: CommandContext, args: str) -> str:
+    session = await ctx.kernel.session(ctx.session_id)
+    provider = ctx.kernel.provider_for(session.agent)
+    if args.strip():
+        session.model_override = args.strip()
+        return f"Model for this session set to {session.model_override} (provider {provider.name})."
+    current = session.model_override or session.agent.model or provider.model
+    return f"Model: {current} (provider {provider.name})."
+
+
+async def _config(ctx: CommandContext, args: str) -> str:
+    return msgspec.json.format(msgspec.json.encode(ctx.kernel.settings_view()), indent=2).decode()
+
+
+async def _status(ctx: CommandContext, args: str) -> str:
+    report = await ctx.kernel.execute(m.GetStatus())
+    assert isinstance(report, m.StatusReport)
+    return (
+        f"gateway {report.version}: provider {report.provider} ({report.model}), "
+        f"{report.sessions} sessions, {report.active_runs} running, up {report.uptime_s:.0f}s"
+    )
+
+
+BUILTIN_COMMANDS = (
+    SlashCommand(name="help", description="List the available commands", handler=_help),
+    SlashCommand(name="clear", description="Clear the conversation context", handler=_clear),
+    SlashCommand(name="history", description="Show recent messages (/history N)", handler=_history, usage="[N]"),
+    SlashCommand(name="tools", description="List the tools the agent can use", handler=_tools),
+    SlashCommand(name="model", description="Show or set this session's model (/model NAME)", handler=_model, usage="[NAME]"),
+    SlashCommand(name="config", description="Show the effective configuration (secrets masked)", handler=_config),
+    SlashCommand(name="status", description="Show the gateway's status", handler=_status),
+)

@@ -1,0 +1,1 @@
+"""LLM provider plugins: ``openai`` (any OpenAI-compatible API) and the offline ``echo``."""

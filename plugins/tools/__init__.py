@@ -1,0 +1,1 @@
+"""Built-in tools: clock and workspace files (memory tools live in ``memory``)."""
