@@ -1,0 +1,251 @@
+"""Plain-ASGI HTTP request and response helpers.
+
+A thin layer, not a framework: handlers get a :class:`Request`, return a
+:class:`Response` (or stream one themselves, e.g. SSE), and raise :class:`HttpError`
+for any client error.  Error *bodies* are shaped by the transport (each dialect has its
+own error format) through an :data:`ErrorShaper`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
+from typing import Any, TypeVar, overload
+from urllib.parse import parse_qsl
+
+import msgspec
+
+__all__ = [
+    "ASGIReceive",
+    "ASGISend",
+    "ErrorShaper",
+    "Headers",
+    "HttpError",
+    "Request",
+    "Response",
+    "default_error_body",
+    "error_response",
+    "json_response",
+]
+
+Scope = MutableMapping[str, Any]
+ASGIReceive = Callable[[], Awaitable[dict[str, Any]]]
+ASGISend = Callable[[dict[str, Any]], Awaitable[None]]
+RawHeaders = list[tuple[bytes, bytes]]
+
+T = TypeVar("T")
+
+_json_encoder = msgspec.json.Encoder()
+
+
+class HttpError(Exception):
+    """A client-visible error: raise it from a handler or a WebSocket pre-accept check.
+
+    ``code`` is an optional stable machine code (``"not_found"``, ``"rate_limited"``...)
+    that error shapers may expose; ``headers`` are added to the response (e.g. ``Allow``).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.headers = dict(headers or {})
+
+
+#: Turns an error into the JSON value sent as the body (dialects differ here).
+ErrorShaper = Callable[[HttpError], Any]
+
+
+def default_error_body(error: HttpError) -> Any:
+    """``{"error": message}`` — OpenFang's shape and a sensible default."""
+    return {"error": error.message}
+
+
+class Headers(Mapping[str, str]):
+    """Case-insensitive, read-only view of ASGI headers.
+
+    Repeated headers are joined with ``", "`` for ``[]``/``get`` (RFC 9110 list
+    semantics); :meth:`getlist` returns them separately.
+    """
+
+    __slots__ = ("_items", "_joined")
+
+    def __init__(self, raw: Iterable[tuple[bytes, bytes]] = ()) -> None:
+        self._items: list[tuple[str, str]] = [
+            (k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw
+        ]
+        joined: dict[str, str] = {}
+        for k, v in self._items:
+            joined[k] = f"{joined[k]}, {v}" if k in joined else v
+        self._joined = joined
+
+    def __getitem__(self, key: str) -> str:
+        return self._joined[key.lower()]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key.lower() in self._joined
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._joined)
+
+    def __len__(self) -> int:
+        return len(self._joined)
+
+    def getlist(self, key: str) -> list[str]:
+        key = key.lower()
+        return [v for k, v in self._items if k == key]
+
+    def __repr__(self) -> str:
+        return f"Headers({self._items!r})"
+
+
+def parse_query(query_string: bytes) -> dict[str, str]:
+    """Query parameters; for a repeated name the first value wins."""
+    out: dict[str, str] = {}
+    for k, v in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):
+        out.setdefault(k, v)
+    return out
+
+
+def client_host(scope: Mapping[str, Any]) -> str:
+    """The peer's IP (``"unknown"`` for servers that do not report it)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+class Request:
+    """One HTTP request.  Create through the router; the body is read at most once."""
+
+    def __init__(
+        self,
+        scope: Scope,
+        receive: ASGIReceive,
+        send: ASGISend,
+        *,
+        path_params: Mapping[str, str] | None = None,
+        max_body_bytes: int = 1_048_576,
+    ) -> None:
+        self.scope = scope
+        self.receive = receive
+        self.send = send
+        self.method: str = scope.get("method", "GET")
+        self.path: str = scope["path"]
+        self.path_params: dict[str, str] = dict(path_params or {})
+        self.query: dict[str, str] = parse_query(scope.get("query_string", b""))
+        self.headers = Headers(scope.get("headers", ()))
+        client = scope.get("client")
+        self.client: tuple[str, int] | None = (client[0], client[1]) if client else None
+        self.max_body_bytes = max_body_bytes
+        self._body: bytes | None = None
+        self.body_consumed = False
+        #: Set once the client disconnected (seen while reading or streaming).
+        self.disconnected = False
+
+    @property
+    def client_host(self) -> str:
+        return client_host(self.scope)
+
+    async def body(self) -> bytes:
+        """The whole body; 413 ``HttpError`` beyond ``max_body_bytes``.
+
+        Content-Length is checked first so an oversize upload is refused unread.
+        """
+        if self._body is not None:
+            return self._body
+        if self.body_consumed:
+            raise RuntimeError("request body was already consumed by a stream")
+        limit = self.max_body_bytes
+        declared = self.headers.get("content-length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+            raise HttpError(413, f"Request body too large (max {limit} bytes)", code="too_large")
+        chunks: list[bytes] = []
+        size = 0
+        self.body_consumed = True
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                self.disconnected = True
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise HttpError(413, f"Request body too large (max {limit} bytes)", code="too_large")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        self._body = b"".join(chunks)
+        return self._body
+
+    @overload
+    async def json(self) -> Any: ...
+    @overload
+    async def json(self, as_type: type[T]) -> T: ...
+    async def json(self, as_type: Any = Any) -> Any:
+        """Decode the body as JSON into ``as_type`` with msgspec; 400 names the problem.
+
+        msgspec's messages include the JSON path (``... - at `$.count```), which is
+        exactly what a client needs to fix its request.
+        """
+        raw = await self.body()
+        if not raw.strip():
+            raise HttpError(400, "Request body is empty; expected JSON", code="invalid_request")
+        try:
+            return msgspec.json.decode(raw, type=as_type)
+        except msgspec.ValidationError as exc:
+            raise HttpError(400, f"Invalid request body: {exc}", code="invalid_request") from None
+        except msgspec.DecodeError as exc:
+            raise HttpError(400, f"Malformed JSON in request body: {exc}", code="parse_error") from None
+
+    def __repr__(self) -> str:
+        return f"<Request {self.method} {self.path}>"
+
+
+class Response:
+    """A complete (non-streaming) response."""
+
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(
+        self,
+        status: int = 200,
+        body: bytes = b"",
+        *,
+        content_type: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.status = status
+        self.body = body
+        self.headers: dict[str, str] = {}
+        if content_type is not None:
+            self.headers["content-type"] = content_type
+        for k, v in (headers or {}).items():
+            self.headers[k.lower()] = v
+
+    def raw_headers(self) -> RawHeaders:
+        out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers.items()]
+        out.append((b"content-length", str(len(self.body)).encode()))
+        return out
+
+    async def send_to(self, send: ASGISend, *, head_only: bool = False) -> None:
+        """Write the response in one ``http.response.body`` message (one socket write)."""
+        await send({"type": "http.response.start", "status": self.status, "headers": self.raw_headers()})
+        await send({"type": "http.response.body", "body": b"" if head_only else self.body})
+
+
+def json_response(status: int, obj: Any, *, headers: Mapping[str, str] | None = None) -> Response:
+    """``obj`` (Structs, dicts, lists...) encoded with msgspec as ``application/json``."""
+    return Response(
+        status, _json_encoder.encode(obj), content_type="application/json", headers=headers
+    )
+
+
+def error_response(error: HttpError, shaper: ErrorShaper = default_error_body) -> Response:
+    """The JSON error response for ``error`` in the transport's dialect."""
+    return json_response(error.status, shaper(error), headers=error.headers)

@@ -1,0 +1,236 @@
+"""A tiny raw-ASGI router: method + path patterns with ``{param}`` segments.
+
+Enough for a handful of REST endpoints, SSE and WebSocket routes per dialect,
+without pulling a web framework into every transport.  Unknown paths get 404,
+known paths with the wrong method 405 (with ``Allow``), both as JSON in the
+transport's error shape.  Auth (when a token is configured) is on for every route
+unless the route opts out (``auth=False``, e.g. a health check).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ._config import ServerConfig, resolve_token
+from ._http import (
+    ASGIReceive,
+    ASGISend,
+    ErrorShaper,
+    HttpError,
+    Request,
+    Response,
+    default_error_body,
+    error_response,
+)
+from ._security import extract_token, origin_allowed, token_matches
+from ._websocket import WebSocket
+
+__all__ = ["HttpHandler", "Router", "WebSocketHandler", "compile_path"]
+
+log = logging.getLogger(__name__)
+
+HttpHandler = Callable[[Request], Awaitable[Response | None]]
+WebSocketHandler = Callable[[WebSocket], Awaitable[None]]
+H = TypeVar("H", bound=Callable[..., Awaitable[Any]])
+
+_PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_UNSET: Any = object()
+
+
+def compile_path(pattern: str) -> re.Pattern[str]:
+    """``/api/agents/{id}/ws`` -> a regex where each ``{name}`` matches one path segment."""
+    if not pattern.startswith("/"):
+        raise ValueError(f"route pattern must start with '/': {pattern!r}")
+    out, pos = [], 0
+    for match in _PARAM.finditer(pattern):
+        out.append(re.escape(pattern[pos : match.start()]))
+        out.append(f"(?P<{match.group(1)}>[^/]+)")
+        pos = match.end()
+    out.append(re.escape(pattern[pos:]))
+    return re.compile("^" + "".join(out) + "$")
+
+
+@dataclass(frozen=True)
+class _Route:
+    pattern: str
+    regex: re.Pattern[str]
+    methods: frozenset[str]
+    handler: Callable[..., Awaitable[Any]]
+    auth: bool
+
+
+class Router:
+    """An ASGI application dispatching to HTTP and WebSocket handlers.
+
+    ``config`` supplies the limits and Origin list; the token defaults to
+    :func:`resolve_token` (config, then ``$GATEWAY_TOKEN``).  ``error_body`` shapes
+    every JSON error this router or its WebSockets produce.  ``cors`` (off by default)
+    answers preflights and adds ``Access-Control-Allow-Origin`` for allowed origins.
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig | None = None,
+        *,
+        error_body: ErrorShaper = default_error_body,
+        token: str | None = _UNSET,
+        cors: bool = False,
+    ) -> None:
+        self.config = config if config is not None else ServerConfig()
+        self.token: str | None = resolve_token(self.config) if token is _UNSET else token
+        self.error_body = error_body
+        self.cors = cors
+        self._http: list[_Route] = []
+        self._ws: list[_Route] = []
+
+    # ---------------------------------------------------------- registration
+    def route(
+        self, methods: str | Iterable[str], pattern: str, handler: HttpHandler | None = None, *, auth: bool = True
+    ) -> Callable[[H], H]:
+        """Register ``handler`` for ``methods`` on ``pattern``; usable as a decorator."""
+        names = frozenset([methods.upper()] if isinstance(methods, str) else (m.upper() for m in methods))
+
+        def add(fn: H) -> H:
+            self._http.append(_Route(pattern, compile_path(pattern), names, fn, auth))
+            return fn
+
+        if handler is not None:
+            add(handler)  # type: ignore[arg-type]
+        return add
+
+    def get(self, pattern: str, *, auth: bool = True) -> Callable[[H], H]:
+        return self.route("GET", pattern, auth=auth)
+
+    def post(self, pattern: str, *, auth: bool = True) -> Callable[[H], H]:
+        return self.route("POST", pattern, auth=auth)
+
+    def put(self, pattern: str, *, auth: bool = True) -> Callable[[H], H]:
+        return self.route("PUT", pattern, auth=auth)
+
+    def patch(self, pattern: str, *, auth: bool = True) -> Callable[[H], H]:
+        return self.route("PATCH", pattern, auth=auth)
+
+    def delete(self, pattern: str, *, auth: bool = True) -> Callable[[H], H]:
+        return self.route("DELETE", pattern, auth=auth)
+
+    def websocket(
+        self, pattern: str, handler: WebSocketHandler | None = None, *, auth: bool = True
+    ) -> Callable[[H], H]:
+        """Register a WebSocket handler; it must call ``await ws.accept(checks)`` itself."""
+
+        def add(fn: H) -> H:
+            self._ws.append(_Route(pattern, compile_path(pattern), frozenset(), fn, auth))
+            return fn
+
+        if handler is not None:
+            add(handler)  # type: ignore[arg-type]
+        return add
+
+    # -------------------------------------------------------------- dispatch
+    async def __call__(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._handle_http(scope, receive, send)
+        elif kind == "websocket":
+            await self._handle_websocket(scope, receive, send)
+        elif kind == "lifespan":
+            await self._handle_lifespan(receive, send)
+
+    async def _handle_lifespan(self, receive: ASGIReceive, send: ASGISend) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def _cors_headers(self, origin: str | None) -> dict[str, str]:
+        if not self.cors or origin is None or not origin_allowed(origin, self.config.allowed_origins):
+            return {}
+        return {"access-control-allow-origin": origin, "vary": "Origin"}
+
+    async def _handle_http(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
+        started = False
+        request = Request(scope, receive, send, max_body_bytes=self.config.max_body_bytes)
+        cors = self._cors_headers(request.headers.get("origin"))
+
+        async def tracking_send(message: dict[str, Any]) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                if cors:
+                    message = dict(message)
+                    message["headers"] = [*message.get("headers", []), *((k.encode(), v.encode()) for k, v in cors.items())]
+            await send(message)
+
+        request.send = tracking_send
+        try:
+            response = await self._dispatch_http(request, cors)
+            if response is not None:
+                await response.send_to(tracking_send, head_only=request.method == "HEAD")
+            elif not started:
+                raise RuntimeError(f"handler for {request.method} {request.path} sent no response")
+        except HttpError as error:
+            if not started:
+                await error_response(error, self.error_body).send_to(tracking_send)
+        except Exception:
+            log.exception("unhandled error in %s %s", request.method, request.path)
+            if not started:
+                err = HttpError(500, "Internal server error", code="internal")
+                await error_response(err, self.error_body).send_to(tracking_send)
+
+    async def _dispatch_http(self, request: Request, cors: dict[str, str]) -> Response | None:
+        method = request.method
+        if cors and method == "OPTIONS" and "access-control-request-method" in request.headers:
+            return Response(
+                204,
+                headers={
+                    "access-control-allow-methods": "GET, POST, PUT, PATCH, DELETE, OPTIONS",
+                    "access-control-allow-headers": request.headers.get(
+                        "access-control-request-headers", "authorization, content-type"
+                    ),
+                    "access-control-max-age": "600",
+                },
+            )
+        allowed: set[str] = set()
+        for route in self._http:
+            match = route.regex.match(request.path)
+            if match is None:
+                continue
+            if method in route.methods or (method == "HEAD" and "GET" in route.methods):
+                if route.auth and not token_matches(extract_token(request.headers, request.query), self.token):
+                    raise HttpError(
+                        401, "Missing or invalid token", code="unauthorized",
+                        headers={"www-authenticate": "Bearer"},
+                    )
+                request.path_params = match.groupdict()
+                return await route.handler(request)
+            allowed |= route.methods
+        if allowed:
+            raise HttpError(
+                405, f"Method {method} not allowed", code="method_not_allowed",
+                headers={"allow": ", ".join(sorted(allowed))},
+            )
+        raise HttpError(404, f"Not found: {request.path}", code="not_found")
+
+    async def _handle_websocket(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
+        for route in self._ws:
+            match = route.regex.match(scope["path"])
+            if match is not None:
+                ws = WebSocket(
+                    scope, receive, send, config=self.config, token=self.token,
+                    require_auth=route.auth, path_params=match.groupdict(), error_body=self.error_body,
+                )
+                try:
+                    async with ws:
+                        await route.handler(ws)
+                except Exception:
+                    log.exception("unhandled error in WebSocket %s", scope["path"])
+                return
+        ws = WebSocket(scope, receive, send, config=self.config, error_body=self.error_body)
+        await ws.reject(HttpError(404, f"Not found: {scope['path']}", code="not_found"))

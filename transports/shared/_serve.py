@@ -1,0 +1,196 @@
+"""Run an ASGI app on a real hypercorn server, on asyncio or trio, with clean shutdown.
+
+Why not just ``hypercorn.<backend>.serve``: only the trio worker reports the bound
+address, neither closes open WebSockets at shutdown, and both default to logging and
+keep-alive settings we do not want.  So we bind the socket ourselves (port 0 works and
+the real port is known before serving), hand it over as ``fd://N``, always pass a
+``shutdown_trigger``, and close our own long-lived connections (1001) before hypercorn
+starts its graceful stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import sniffio
+from anyio.abc import TaskStatus
+
+if TYPE_CHECKING:
+    from hypercorn.config import Config as HypercornConfig
+
+from ._config import TOKEN_ENV_VAR, ServerConfig, validate_bind
+from ._http import ASGIReceive, ASGISend
+from ._tracker import SCOPE_KEY, ConnectionTracker
+
+__all__ = ["ASGIApp", "build_hypercorn_config", "serve_asgi"]
+
+log = logging.getLogger(__name__)
+
+ASGIApp = Any  # Callable[[scope, receive, send], Awaitable[None]]
+
+#: Listen backlog; hypercorn's default (100) is fine for a local gateway, made explicit.
+BACKLOG = 128
+#: hypercorn closes a socket (1009) above this; below it we only *report* oversize
+#: messages (see ``max_message_bytes``) so a dialect can answer and keep the socket.
+HARD_MESSAGE_FACTOR = 16
+MIN_HARD_MESSAGE_BYTES = 1_048_576
+
+
+def build_hypercorn_config(config: ServerConfig, bind: str, *, graceful_timeout_s: float = 1.0) -> HypercornConfig:
+    """A hypercorn config with every default that matters set explicitly."""
+    # Imported here: importing the package (e.g. for stdio's line carrier) should not
+    # pay for hypercorn.
+    from hypercorn.config import Config as HypercornConfig
+
+    h = HypercornConfig()
+    h.bind = [bind]
+    h.accesslog = None  # no access log: stdout must stay clean (stdio transports share it)
+    h.errorlog = logging.getLogger("hypercorn.error")  # stderr via the app's logging setup
+    h.websocket_ping_interval = config.ping_interval_s if config.ping_interval_s > 0 else None
+    h.websocket_max_message_size = max(
+        config.max_message_bytes * HARD_MESSAGE_FACTOR, MIN_HARD_MESSAGE_BYTES
+    )
+    h.backlog = BACKLOG
+    h.graceful_timeout = graceful_timeout_s
+    h.include_server_header = False
+    return h
+
+
+def _bind_socket(host: str, port: int) -> socket.socket:
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, type_, proto, _, addr = infos[0]
+    sock = socket.socket(family, type_, proto)
+    try:
+        if os.name != "nt":
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(BACKLOG)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+# hypercorn's WebSocket ping task outlives its socket until the next ping is due, so
+# at shutdown the asyncio worker cancels those connection tasks after
+# ``graceful_timeout``, and Python 3.11's asyncio.streams then logs a CancelledError
+# traceback for each.  Harmless; silence exactly that record while we serve.
+_quiet_loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Any]] = weakref.WeakKeyDictionary()
+
+
+def _is_cancelled_connection_callback(context: dict[str, Any]) -> bool:
+    return isinstance(context.get("exception"), asyncio.CancelledError) and (
+        "StreamReaderProtocol.connection_made" in str(context.get("message", ""))
+    )
+
+
+@contextmanager
+def _quiet_cancelled_connections() -> Iterator[None]:
+    if sniffio.current_async_library() != "asyncio":
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    entry = _quiet_loops.get(loop)
+    if entry is None:
+        previous = loop.get_exception_handler()
+
+        def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+            if _is_cancelled_connection_callback(context):
+                return
+            if previous is None:
+                loop.default_exception_handler(context)
+            else:
+                previous(loop, context)
+
+        loop.set_exception_handler(handler)
+        entry = _quiet_loops[loop] = [0, previous]
+    entry[0] += 1
+    try:
+        yield
+    finally:
+        entry[0] -= 1
+        if entry[0] == 0:
+            loop.set_exception_handler(entry[1])
+            del _quiet_loops[loop]
+
+
+def _with_tracker(app: ASGIApp, tracker: ConnectionTracker) -> ASGIApp:
+    async def wrapped(scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
+        scope[SCOPE_KEY] = tracker
+        await app(scope, receive, send)
+
+    return wrapped
+
+
+async def serve_asgi(
+    app: ASGIApp,
+    config: ServerConfig,
+    *,
+    shutdown: anyio.Event | None = None,
+    graceful_timeout_s: float = 1.0,
+    task_status: TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` until ``shutdown`` is set (or this task is cancelled).
+
+    Use ``host, port = await tg.start(serve_asgi, app, config)``: the bound address is
+    reported once the socket is listening.  Raises :class:`ConfigError` for an unsafe
+    bind.  On shutdown (event or cancellation) open WebSockets are closed with 1001 and
+    SSE streams end, then hypercorn stops within ``graceful_timeout_s``.
+    """
+    validate_bind(config, os.environ.get(TOKEN_ENV_VAR))
+    sock = _bind_socket(config.host, config.port)
+    host, port = sock.getsockname()[:2]
+    fd = sock.detach()  # hypercorn takes ownership of the descriptor
+    hconfig = build_hypercorn_config(config, f"fd://{fd}", graceful_timeout_s=graceful_timeout_s)
+    tracker = ConnectionTracker()
+    stop = anyio.Event()
+
+    async def trigger() -> None:
+        await stop.wait()
+        await tracker.close_all(timeout_s=1.0)
+
+    if sniffio.current_async_library() == "trio":
+        from hypercorn.trio import serve
+    else:
+        from hypercorn.asyncio import serve
+
+    hyper_scope = anyio.CancelScope(shield=True)  # hypercorn stops via trigger, not cancellation
+    done = anyio.Event()
+
+    async def run() -> None:
+        try:
+            with hyper_scope:
+                await serve(_with_tracker(app, tracker), hconfig, shutdown_trigger=trigger, mode="asgi")
+        finally:
+            done.set()
+
+    async def watch_event() -> None:
+        if shutdown is not None:
+            await shutdown.wait()
+            stop.set()
+
+    with _quiet_cancelled_connections():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            tg.start_soon(watch_event)
+            log.info("serving on http://%s:%d", host if ":" not in host else f"[{host}]", port)
+            task_status.started((host, port))
+            try:
+                await done.wait()
+            finally:
+                stop.set()
+                with anyio.move_on_after(graceful_timeout_s + 3.0, shield=True):
+                    await done.wait()
+                    await anyio.sleep(0.01)  # let cancelled-connection callbacks run while quiet
+                if not done.is_set():
+                    hyper_scope.cancel()
+                tg.cancel_scope.cancel()

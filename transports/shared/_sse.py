@@ -1,0 +1,199 @@
+"""Server-Sent Events: exact wire formatting and a streaming writer.
+
+Clients in the wild (OpenFang's SDKs) read only lines starting with exactly
+``data: `` (one space), so the formatting follows the WHATWG spec to the letter:
+one ``data: `` line per line of payload, a blank line after each event.  Idle
+streams get ``: keep-alive`` comments so proxies do not time them out.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+import anyio
+
+from ._http import Request
+from ._tracker import tracker_for
+
+__all__ = ["SSEStream", "format_sse", "open_sse"]
+
+log = logging.getLogger(__name__)
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+SSE_HEADERS: dict[str, str] = {
+    "content-type": "text/event-stream; charset=utf-8",
+    "cache-control": "no-cache",
+    "x-accel-buffering": "no",
+}
+
+
+def format_sse(
+    data: str | bytes,
+    *,
+    event: str | None = None,
+    id: str | None = None,
+    retry_ms: int | None = None,
+) -> bytes:
+    """One SSE event as bytes.
+
+    Multi-line data becomes several ``data: `` lines (CR, LF and CRLF all count as
+    line breaks, as in the spec); ``event`` and ``id`` may not contain line breaks.
+    """
+    if isinstance(data, bytes):
+        data = data.decode("utf-8")
+    parts: list[str] = []
+    if event is not None:
+        if _LINE_BREAK.search(event):
+            raise ValueError("SSE event name must not contain line breaks")
+        parts.append(f"event: {event}\n")
+    if id is not None:
+        if _LINE_BREAK.search(id) or "\0" in id:
+            raise ValueError("SSE id must not contain line breaks or NUL")
+        parts.append(f"id: {id}\n")
+    if retry_ms is not None:
+        parts.append(f"retry: {int(retry_ms)}\n")
+    for line in _LINE_BREAK.split(data):
+        parts.append(f"data: {line}\n")
+    parts.append("\n")
+    return "".join(parts).encode("utf-8")
+
+
+def format_comment(text: str) -> bytes:
+    """A comment line (ignored by clients); used for keep-alives."""
+    return "".join(f": {line}\n" for line in _LINE_BREAK.split(text)).encode("utf-8") + b"\n"
+
+
+class SSEStream:
+    """An open ``text/event-stream`` response.  Get one from :func:`open_sse`."""
+
+    def __init__(self, request: Request, keepalive_interval_s: float) -> None:
+        self._request = request
+        self._send = request.send
+        self.keepalive_interval_s = keepalive_interval_s
+        self._lock = anyio.Lock()
+        self._closed = False
+        self._last_write = anyio.current_time()
+        self._scope: anyio.CancelScope | None = None
+        self._disconnected = anyio.Event()
+
+    @property
+    def closed(self) -> bool:
+        """True once the client disconnected or the server is shutting down."""
+        return self._closed
+
+    async def wait_closed(self) -> None:
+        await self._disconnected.wait()
+
+    async def _write(self, chunk: bytes) -> bool:
+        if self._closed:
+            return False
+        async with self._lock:
+            if self._closed:
+                return False
+            try:
+                await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self._mark_closed()
+                return False
+            self._last_write = anyio.current_time()
+        return True
+
+    async def send(
+        self,
+        data: str | bytes,
+        event: str | None = None,
+        id: str | None = None,
+        *,
+        retry_ms: int | None = None,
+    ) -> bool:
+        """Send one event (one socket write).  False once the stream is closed."""
+        return await self._write(format_sse(data, event=event, id=id, retry_ms=retry_ms))
+
+    async def comment(self, text: str = "keep-alive") -> bool:
+        return await self._write(format_comment(text))
+
+    def _mark_closed(self) -> None:
+        self._closed = True
+        self._disconnected.set()
+
+    async def shutdown(self) -> None:
+        """Server is stopping: end the stream (called by the connection tracker)."""
+        self._mark_closed()
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def _keepalive(self) -> None:
+        interval = self.keepalive_interval_s
+        while not self._closed:
+            wait = self._last_write + interval - anyio.current_time()
+            if wait > 0:
+                await anyio.sleep(wait)
+            elif not await self.comment("keep-alive"):
+                return
+
+    async def _watch_disconnect(self, cancel_on_disconnect: bool) -> None:
+        request = self._request
+        if not request.disconnected:
+            while True:
+                message = await request.receive()
+                if message["type"] == "http.disconnect":
+                    request.disconnected = True
+                    break
+        self._mark_closed()
+        if cancel_on_disconnect and self._scope is not None:
+            self._scope.cancel()
+
+
+@asynccontextmanager
+async def open_sse(
+    request: Request,
+    *,
+    keepalive_interval_s: float = 15.0,
+    status: int = 200,
+    headers: Mapping[str, str] | None = None,
+    cancel_on_disconnect: bool = True,
+) -> AsyncIterator[SSEStream]:
+    """Start an SSE response and yield a writer; the response ends when the block exits.
+
+    Read the request body *before* opening the stream (afterwards it is drained to
+    watch for the disconnect).  With ``cancel_on_disconnect`` the block is cancelled
+    when the client goes away or the server shuts down, so producers need no polling;
+    execution continues after the ``async with``.  ``keepalive_interval_s`` <= 0
+    disables keep-alive comments.
+    """
+    all_headers = dict(SSE_HEADERS)
+    for k, v in (headers or {}).items():
+        all_headers[k.lower()] = v
+    request.body_consumed = True
+    await request.send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in all_headers.items()],
+        }
+    )
+    stream = SSEStream(request, keepalive_interval_s)
+    tracker = tracker_for(request.scope)
+    tracker.register(stream)
+    try:
+        async with anyio.create_task_group() as tg:
+            stream._scope = tg.cancel_scope
+            if keepalive_interval_s > 0:
+                tg.start_soon(stream._keepalive)
+            tg.start_soon(stream._watch_disconnect, cancel_on_disconnect)
+            yield stream
+            tg.cancel_scope.cancel()
+    finally:
+        tracker.unregister(stream)
+        if not request.disconnected:
+            with anyio.move_on_after(1.0, shield=True):
+                async with stream._lock:
+                    try:
+                        await request.send({"type": "http.response.body", "body": b"", "more_body": False})
+                    except Exception:  # peer already gone
+                        log.debug("closing SSE response failed", exc_info=True)
+        stream._mark_closed()

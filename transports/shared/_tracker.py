@@ -1,0 +1,82 @@
+"""Book-keeping of the long-lived connections one server holds.
+
+hypercorn gives open WebSockets no signal at shutdown (it waits ``graceful_timeout``
+and then drops them with 1011) and SSE responses never end by themselves, so the
+server keeps a registry and closes them itself (WebSockets with 1001) *before*
+telling hypercorn to stop.  The same registry counts WebSockets per client IP.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import anyio
+
+__all__ = ["SCOPE_KEY", "ConnectionTracker", "tracker_for"]
+
+#: Scope key under which :func:`serve_asgi` exposes its tracker to the app.
+SCOPE_KEY = "gateway.connections"
+
+
+class _Closable(Protocol):
+    async def shutdown(self) -> None:
+        """End the connection because the server is going away; must not raise."""
+
+
+class ConnectionTracker:
+    """Open WebSockets / SSE streams of one server, and per-IP WebSocket counts."""
+
+    def __init__(self) -> None:
+        self._open: set[_Closable] = set()
+        self._per_ip: Counter[str] = Counter()
+        #: Set once shutdown started: new upgrades are refused with 503.
+        self.shutting_down = False
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def try_acquire_ip(self, ip: str, limit: int) -> bool:
+        """Reserve one connection slot for ``ip``; ``limit`` <= 0 means unlimited."""
+        if limit > 0 and self._per_ip[ip] >= limit:
+            return False
+        self._per_ip[ip] += 1
+        return True
+
+    def release_ip(self, ip: str) -> None:
+        self._per_ip[ip] -= 1
+        if self._per_ip[ip] <= 0:
+            del self._per_ip[ip]
+
+    def connections_from(self, ip: str) -> int:
+        return self._per_ip[ip]
+
+    def register(self, conn: _Closable) -> None:
+        self._open.add(conn)
+
+    def unregister(self, conn: _Closable) -> None:
+        self._open.discard(conn)
+
+    async def close_all(self, timeout_s: float = 1.0) -> None:
+        """Ask every open connection to end, then wait (bounded) until they are gone."""
+        self.shutting_down = True
+        with anyio.move_on_after(timeout_s):
+            async with anyio.create_task_group() as tg:
+                for conn in list(self._open):
+                    tg.start_soon(conn.shutdown)
+            while self._open:
+                await anyio.sleep(0.01)
+
+
+_default_tracker = ConnectionTracker()
+
+
+def tracker_for(scope: Mapping[str, Any]) -> ConnectionTracker:
+    """The tracker of the server that delivered ``scope``.
+
+    Apps served by something other than :func:`serve_asgi` share one process-wide
+    tracker, so per-IP limits still hold there (only shutdown handling is lost).
+    """
+    tracker = scope.get(SCOPE_KEY)
+    return tracker if isinstance(tracker, ConnectionTracker) else _default_tracker
