@@ -103,8 +103,8 @@ class Kernel:
         return result
 
     def interrupt_all(self) -> int:
-        """Interrupt every active run (shutdown); returns how many were running."""
-        return sum(1 for session in self.sessions.values() if session.interrupt())
+        """Shutdown: every accepted run ends as interrupted; returns how many sessions had one."""
+        return sum(1 for session in self.sessions.values() if session.interrupt(closing=True))
 
     async def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no session has work, at most ``timeout_s``; False on timeout."""

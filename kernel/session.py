@@ -97,6 +97,9 @@ class Session:
         self._inbox_send = send
         self._inbox_receive = receive
         self._queued = 0
+        self._queued_runs = 0
+        self._interrupt_next = False
+        self.closing = False
         self._idle = anyio.Event()
         self._idle.set()
 
@@ -130,6 +133,8 @@ class Session:
         except anyio.WouldBlock:
             raise KernelError("busy", f"session {self.id} has too many queued requests") from None
         self._queued += 1
+        if isinstance(job, RunJob):
+            self._queued_runs += 1
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         return queued
 
@@ -147,7 +152,13 @@ class Session:
                     if isinstance(job, ClearJob):
                         await self.clear_context(job.request_id)
                     else:
+                        self._queued_runs -= 1
                         self.active = ActiveRun(job)
+                        if self._interrupt_next or self.closing:
+                            # Accepted before the interrupt arrived: it still ends, once, as interrupted.
+                            self._interrupt_next = False
+                            self.active.interrupted = True
+                            self.active.scope.cancel()
                         self.state = "running"
                         await execute_run(self, self.active)
                 except Exception:
@@ -167,11 +178,19 @@ class Session:
 
     # -------------------------------------------------------------- acting at once
 
-    def interrupt(self) -> bool:
-        """Stop the active run; False when nothing runs."""
+    def interrupt(self, *, closing: bool = False) -> bool:
+        """Stop the active run (or the accepted one about to start); False when none.
+
+        Queued prompts behind the active run are kept, unless the session is
+        closing (shutdown), when every accepted run ends as interrupted.
+        """
+        self.closing = self.closing or closing
         run = self.active
         if run is None:
-            return False
+            if self._queued_runs == 0:
+                return False
+            self._interrupt_next = True
+            return True
         run.interrupted = True
         run.scope.cancel()
         return True

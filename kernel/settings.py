@@ -37,10 +37,16 @@ class OpenAISettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_retries: int = 2
 
 
+class EchoSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    # Pause before each streamed word; lets a person (or a test) watch and interrupt a stream.
+    delay_s: float = 0.0
+
+
 class ProviderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # "auto": the openai provider when an API key is configured, else the offline echo model.
     default: str = "auto"
     openai: OpenAISettings = msgspec.field(default_factory=OpenAISettings)
+    echo: EchoSettings = msgspec.field(default_factory=EchoSettings)
 
 
 class AgentSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -98,6 +104,7 @@ ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "OPENAI_BASE_URL": ("provider", "openai", "base_url"),
     "OPENAI_MODEL": ("provider", "openai", "model"),
     "GATEWAY_DB": ("store", "path"),
+    "GATEWAY_ECHO_DELAY_S": ("provider", "echo", "delay_s"),
 }
 
 SECRET_KEYS = frozenset({"api_key", "token", "password", "secret"})
@@ -139,7 +146,8 @@ def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
 def validate(data: dict[str, Any]) -> Settings:
     """Convert plain data to Settings, with a clear ``invalid_request`` error."""
     try:
-        settings = msgspec.convert(data, Settings)
+        # strict=False: values from the environment arrive as strings ("0.05").
+        settings = msgspec.convert(data, Settings, strict=False)
     except msgspec.ValidationError as exc:
         raise KernelError("invalid_request", f"invalid settings: {exc}") from None
     problems = [f"tools.limits.{k} must be >= 1" for k, v in settings.tools.limits.items() if v < 1]

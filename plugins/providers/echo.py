@@ -82,4 +82,4 @@ class EchoProvider:
 
 
 def provider_factory(settings: Settings) -> EchoProvider:
-    return EchoProvider()
+    return EchoProvider(delay_s=settings.provider.echo.delay_s)

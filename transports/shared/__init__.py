@@ -25,6 +25,7 @@ from ._http import (
     error_response,
     json_response,
 )
+from ._lines import LineReader, LineTooLong, LineWriter
 from ._router import HttpHandler, Router, WebSocketHandler
 from ._security import SlidingWindowLimiter, extract_token, origin_allowed, token_matches
 from ._serve import build_hypercorn_config, serve_asgi
@@ -53,6 +54,9 @@ __all__ = [
     "CLOSE_POLICY_VIOLATION",
     "CLOSE_TOO_BIG",
     "LOOPBACK_ORIGINS",
+    "LineReader",
+    "LineTooLong",
+    "LineWriter",
     "TOKEN_ENV_VAR",
     "ConfigError",
     "ErrorShaper",

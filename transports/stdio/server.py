@@ -17,7 +17,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from kernel import Kernel, KernelError, Subscription
 from kernel import model as m
-from transports.shared._lines import LineReader, LineTooLong, LineWriter
+from transports.shared import LineReader, LineTooLong, LineWriter
 
 from .codec import StdioCodec
 

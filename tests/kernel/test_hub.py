@@ -1,0 +1,98 @@
+"""Subscribers: merging, bounded buffers, cut-off of laggards, resume from a seq."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from kernel import model as m
+from kernel.hub import EventHub
+from kernel.testing import ScriptedProvider, running_kernel, text_turn
+
+from .helpers import run_events
+
+pytestmark = pytest.mark.anyio
+
+
+def delta(text: str, run: str = "r") -> m.TextDelta:
+    return m.TextDelta(session_id="s", run_id=run, text=text)
+
+
+def started(run: str = "r") -> m.RunStarted:
+    return m.RunStarted(session_id="s", run_id=run)
+
+
+async def test_adjacent_deltas_merge_while_waiting() -> None:
+    hub = EventHub("s", retention=100, buffer_size=10, grace_s=1)
+    sub = hub.subscribe()
+    hub.publish(started())
+    for piece in ("a", "b", "c"):
+        hub.publish(delta(piece))
+    hub.publish(delta("x", run="other"))
+    events = sub.receive_nowait()
+    assert [type(e).__name__ for e in events] == ["RunStarted", "TextDelta", "TextDelta"]
+    assert events[1].text == "abc" and events[1].seq == 4 and events[2].text == "x"  # type: ignore[union-attr]
+
+
+async def test_full_buffer_catches_up_from_the_log() -> None:
+    hub = EventHub("s", retention=1000, buffer_size=3, grace_s=60)
+    sub = hub.subscribe()
+    for i in range(10):
+        hub.publish(started(str(i)))
+    assert sub.pending == 3
+    got = []
+    for _ in range(10):
+        got.append(await sub.__anext__())
+    assert [e.seq for e in got] == list(range(1, 11))
+
+
+async def test_laggard_past_grace_is_cut_off_then_resumes() -> None:
+    now = [0.0]
+    hub = EventHub("s", retention=1000, buffer_size=2, grace_s=5)
+    sub = hub.subscribe()
+    sub._clock = lambda: now[0]  # an explicit clock: no sleeping in the test
+    for i in range(4):
+        hub.publish(started(str(i)))
+    now[0] = 10.0
+    hub.publish(started("late"))
+    events = sub.receive_nowait()
+    assert isinstance(events[-1], m.SubscriberLagged)
+    last = events[-1].last_seq
+    assert last == 2 and events[-1].error.code == "rate_limited"
+    with pytest.raises(StopAsyncIteration):
+        await sub.__anext__()
+    assert hub.subscriber_count == 0
+    resumed = hub.subscribe(after_seq=last)
+    assert [e.seq for e in resumed.receive_nowait()] == [3, 4, 5]
+
+
+async def test_resume_from_a_dropped_seq_reports_lag() -> None:
+    hub = EventHub("s", retention=3, buffer_size=10, grace_s=5)
+    for i in range(6):
+        hub.publish(started(str(i)))
+    sub = hub.subscribe(after_seq=1)
+    events = sub.receive_nowait()
+    assert len(events) == 1 and isinstance(events[0], m.SubscriberLagged)
+
+
+async def test_slow_subscriber_does_not_stall_the_run_or_others() -> None:
+    provider = ScriptedProvider([text_turn(*[f"w{i} " for i in range(300)])])
+    async with running_kernel(provider) as kernel:
+        session = await kernel.session("s")
+        slow = session.hub.subscribe(buffer_size=4)
+        fast = session.hub.subscribe()
+        await kernel.execute(m.Prompt(session_id="s", text="go"))
+        events = await run_events(fast)
+        assert isinstance(events[-1], m.RunFinished)
+        assert slow.pending <= 4
+        collected = await run_events(slow)
+        text = "".join(e.text for e in collected if isinstance(e, m.TextDelta))
+        assert text == events[-1].text
+
+
+async def test_subscription_ends_when_the_session_is_deleted() -> None:
+    async with running_kernel() as kernel:
+        sub = await kernel.subscribe((await kernel.session("s")).id)
+        await kernel.execute(m.DeleteSession(session_id="s"))
+        with anyio.fail_after(2):
+            assert [e async for e in sub] == []

@@ -1,0 +1,81 @@
+"""The SQLite store: restart, caps, concurrency, schema version."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import anyio
+import pytest
+
+from kernel import model as m
+from kernel.store import SCHEMA_VERSION, SessionRecord, SQLiteStore
+from kernel.testing import ScriptedProvider, running_kernel, text_turn
+
+from .helpers import run_events
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_history_survives_a_restart(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    async with running_kernel(ScriptedProvider([text_turn("remembered")]), db_path=db) as kernel:
+        sub = (await kernel.session("keep")).hub.subscribe()
+        await kernel.execute(m.Prompt(session_id="keep", text="hello"))
+        await run_events(sub)
+    provider = ScriptedProvider([text_turn("again")])
+    async with running_kernel(provider, db_path=db) as kernel:
+        history = await kernel.execute(m.GetHistory(session_id="keep"))
+        assert [x.content for x in history.messages] == ["hello", "remembered"]  # type: ignore[union-attr]
+        sub = await kernel.subscribe("keep")
+        await kernel.execute(m.Prompt(session_id="keep", text="more"))
+        await run_events(sub)
+        assert [x.content for x in provider.requests[0].messages[1:]] == ["hello", "remembered", "more"]
+        sessions = await kernel.execute(m.ListSessions())
+        assert [s.session_id for s in sessions.sessions] == ["keep"]  # type: ignore[union-attr]
+
+
+async def test_concurrent_sessions_do_not_mix(tmp_path: Path) -> None:
+    async with running_kernel(ScriptedProvider([text_turn("ok")], delay_s=0.001), db_path=tmp_path / "g.db") as kernel:
+        async def converse(name: str) -> None:
+            sub = (await kernel.session(name)).hub.subscribe()
+            for i in range(3):
+                await kernel.execute(m.Prompt(session_id=name, text=f"{name}-{i}"))
+                await run_events(sub)
+
+        async with anyio.create_task_group() as tg:
+            for n in range(8):
+                tg.start_soon(converse, f"s{n}")
+        for n in range(8):
+            history = await kernel.execute(m.GetHistory(session_id=f"s{n}"))
+            users = [x.content for x in history.messages if x.role == "user"]  # type: ignore[union-attr]
+            assert users == [f"s{n}-{i}" for i in range(3)]
+
+
+async def test_history_cap_drops_the_oldest(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "cap.db")
+    await store.open()
+    try:
+        await store.save_session(SessionRecord(session_id="s", agent_id="a"))
+        for i in range(12):
+            await store.append_messages("s", [m.Message(role="user", content=str(i))], cap=5)
+        assert [x.content for x in await store.load_messages("s")] == ["7", "8", "9", "10", "11"]
+        assert [x.content for x in await store.load_messages("s", limit=2)] == ["10", "11"]
+    finally:
+        await store.close()
+
+
+async def test_schema_version_and_wal(tmp_path: Path) -> None:
+    path = tmp_path / "v.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.set_value("k", b"v")
+    assert await store.get_value("k") == b"v"
+    await store.close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(RuntimeError, match="newer"):
+        await SQLiteStore(path).open()
