@@ -1,0 +1,1 @@
+"""Reusable fakes for tests and benchmarks (a fake OpenAI-compatible server)."""

@@ -1,0 +1,385 @@
+"""The ``openai`` provider against a real (fake) OpenAI-compatible HTTP server."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import email.utils
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
+import anyio
+import httpx
+import pytest
+
+from kernel.model import FilePart, ImagePart, Message, TextPart, ToolCall, Usage
+from kernel.provider import (
+    Chunk,
+    FinishChunk,
+    Provider,
+    ProviderError,
+    ProviderRequest,
+    ReasoningChunk,
+    TextChunk,
+    ToolCallChunk,
+    ToolSpec,
+    UsageChunk,
+)
+from kernel.settings import OpenAISettings, Settings
+from plugins.providers.openai import OpenAIProvider, parse_retry_after, provider_factory
+from tests.fakes.openai_server import FakeOpenAIServer, Reply, ToolCallScript, echo, fake_openai_server
+
+pytestmark = [
+    # Under trio the SDK leaves internal async generators unfinalized (see ARCHITECTURE.md).
+    pytest.mark.filterwarnings("ignore:Async generator .* was garbage collected:ResourceWarning"),
+]
+
+KEY = "sk-test-SECRET-0123456789abcdef"
+HELLO = ProviderRequest(model="fake-model", messages=(Message(role="user", content="hi there"),))
+
+
+@contextlib.asynccontextmanager
+async def provider_for(server: FakeOpenAIServer, **overrides: object) -> AsyncIterator[OpenAIProvider]:
+    options: dict[str, object] = {"api_key": KEY, "base_url": server.base_url, "timeout_s": 5.0, "max_retries": 0}
+    options.update(overrides)
+    provider = OpenAIProvider(OpenAISettings(**options))  # type: ignore[arg-type]
+    try:
+        yield provider
+    finally:
+        await provider.aclose()
+
+
+async def collect(provider: OpenAIProvider, request: ProviderRequest = HELLO) -> list[Chunk]:
+    with anyio.fail_after(10):
+        async with aclosing(provider.stream(request)) as chunks:  # type: ignore[type-var]
+            return [c async for c in chunks]
+
+
+async def fails(provider: OpenAIProvider, request: ProviderRequest = HELLO) -> ProviderError:
+    with pytest.raises(ProviderError) as info:
+        await collect(provider, request)
+    assert KEY not in str(info.value) and KEY not in info.value.message
+    return info.value
+
+
+# ---------------------------------------------------------------- streaming
+
+
+@pytest.mark.anyio
+async def test_text_stream_usage_and_finish() -> None:
+    async with fake_openai_server([Reply(text="Hello brave new world", chunks=4, usage=(12, 4))]) as server:
+        async with provider_for(server) as provider:
+            chunks = await collect(provider)
+    assert chunks == [
+        TextChunk("Hello "),
+        TextChunk("brave"),
+        TextChunk(" new "),
+        TextChunk("world"),
+        UsageChunk(Usage(input_tokens=12, output_tokens=4)),
+        FinishChunk("stop"),
+    ]
+    assert "".join(c.text for c in chunks if isinstance(c, TextChunk)) == "Hello brave new world"
+    assert server.completed == 1 and server.disconnects == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+async def test_reasoning_deltas(field: str) -> None:
+    reply = Reply(text="42", chunks=1, reasoning="Let me think.", reasoning_chunks=2, reasoning_field=field, usage=(3, 5))
+    async with fake_openai_server([reply]) as server:
+        async with provider_for(server) as provider:
+            chunks = await collect(provider)
+    assert chunks == [
+        ReasoningChunk("Let me "),
+        ReasoningChunk("think."),
+        TextChunk("42"),
+        UsageChunk(Usage(input_tokens=3, output_tokens=5)),
+        FinishChunk("stop"),
+    ]
+
+
+@pytest.mark.anyio
+async def test_tool_call_fragments_in_order() -> None:
+    calls = [
+        ToolCallScript("get_weather", '{"city": "Paris", "unit": "C"}', id="call_a", pieces=3),
+        ToolCallScript("clock", '{"tz": "UTC"}', id="call_b", pieces=2),
+    ]
+    async with fake_openai_server([Reply(text="", tool_calls=calls, usage=(20, 9))]) as server:
+        async with provider_for(server) as provider:
+            chunks = await collect(provider)
+    fragments = [c for c in chunks if isinstance(c, ToolCallChunk)]
+    assert fragments == [
+        ToolCallChunk(index=0, id="call_a", name="get_weather", arguments=""),
+        ToolCallChunk(index=0, arguments='{"city": "'),
+        ToolCallChunk(index=0, arguments='Paris", "u'),
+        ToolCallChunk(index=0, arguments='nit": "C"}'),
+        ToolCallChunk(index=1, id="call_b", name="clock", arguments=""),
+        ToolCallChunk(index=1, arguments='{"tz": '),
+        ToolCallChunk(index=1, arguments='"UTC"}'),
+    ]
+    assert chunks[-2:] == [UsageChunk(Usage(input_tokens=20, output_tokens=9)), FinishChunk("tool_calls")]
+    joined = {i: "".join(f.arguments for f in fragments if f.index == i) for i in (0, 1)}
+    assert json.loads(joined[0]) == {"city": "Paris", "unit": "C"}
+    assert json.loads(joined[1]) == {"tz": "UTC"}
+
+
+@pytest.mark.anyio
+async def test_echo_mode() -> None:
+    request = ProviderRequest(model="fake-model", messages=(Message(role="user", content="one two three"),))
+    async with fake_openai_server([echo()]) as server:
+        async with provider_for(server) as provider:
+            chunks = await collect(provider, request)
+            again = await collect(provider, request)  # the last reply repeats
+    assert [c.text for c in chunks if isinstance(c, TextChunk)] == ["one ", "two ", "three"]
+    assert chunks[-2:] == [UsageChunk(Usage(input_tokens=3, output_tokens=3)), FinishChunk("stop")]
+    assert again == chunks
+    assert len(server.requests) == 2
+
+
+# ---------------------------------------------------------------- the request
+
+
+@pytest.mark.anyio
+async def test_request_body() -> None:
+    png = b"\x89PNG\r\n\x1a\nfake"
+    weather = ToolSpec(
+        name="get_weather",
+        description="Weather for a city",
+        parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    )
+    request = ProviderRequest(
+        model="gpt-test",
+        messages=(
+            Message(role="system", content="Be brief."),
+            Message(
+                role="user",
+                parts=(
+                    TextPart("What is in these?"),
+                    ImagePart(png, "image/png"),
+                    FilePart("notes.txt", "line one\nline two".encode(), "text/plain"),
+                ),
+            ),
+            Message(role="assistant", tool_calls=(ToolCall(id="call_1", name="get_weather", arguments='{"city": "Oslo"}'),)),
+            Message(role="tool", tool_call_id="call_1", name="get_weather", content="sunny"),
+            Message(role="user", content="Thanks"),
+        ),
+        tools=(weather,),
+        max_tokens=64,
+        temperature=0.25,
+    )
+    async with fake_openai_server() as server:
+        async with provider_for(server) as provider:
+            await collect(provider, request)
+            await collect(provider, HELLO)
+    body = server.requests[0]
+    assert body["model"] == "gpt-test"
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["max_tokens"] == 64
+    assert body["temperature"] == 0.25
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {"name": "get_weather", "description": "Weather for a city", "parameters": weather.parameters},
+        }
+    ]
+    system, user, assistant, tool, last = body["messages"]
+    assert system == {"role": "system", "content": "Be brief."}
+    assert user == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "What is in these?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()}},
+            {"type": "text", "text": "File: notes.txt (text/plain)\nline one\nline two"},
+        ],
+    }
+    assert assistant == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}],
+    }
+    assert tool == {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
+    assert last == {"role": "user", "content": "Thanks"}
+    assert server.headers[0]["authorization"] == f"Bearer {KEY}"
+    # Optional fields are omitted when unset or empty.
+    plain = server.requests[1]
+    assert "tools" not in plain and "max_tokens" not in plain and "temperature" not in plain
+    assert plain["messages"] == [{"role": "user", "content": "hi there"}]
+
+
+# ---------------------------------------------------------------- failures
+
+
+@pytest.mark.anyio
+async def test_rate_limited_with_retry_after() -> None:
+    async with fake_openai_server([Reply.rate_limited(retry_after=7)]) as server:
+        async with provider_for(server) as provider:
+            error = await fails(provider)
+    assert error.code == "rate_limited"
+    assert error.status == 429
+    assert error.retry_after_s == 7.0
+    assert "429" in error.message and "Rate limit reached" in error.message
+    assert len(server.requests) == 1  # max_retries=0: no retry
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(500, "provider_error"), (503, "provider_error"), (401, "unauthorized"), (404, "not_found"), (400, "invalid_request")],
+)
+async def test_http_errors(status: int, code: str) -> None:
+    async with fake_openai_server([Reply.error(status, f"upstream says {status}")]) as server:
+        async with provider_for(server) as provider:
+            error = await fails(provider)
+    assert error.code == code
+    assert error.status == status
+    assert f"HTTP {status}" in error.message and f"upstream says {status}" in error.message
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["drop", "eof"])
+async def test_cut_stream_is_an_error(mode: str) -> None:
+    async with fake_openai_server([Reply.cut(after=2, mode=mode)]) as server:  # type: ignore[arg-type]
+        async with provider_for(server) as provider:
+            start = time.monotonic()
+            error = await fails(provider)
+    assert error.code == "provider_error"
+    assert time.monotonic() - start < 3
+    assert server.completed == 0
+
+
+@pytest.mark.anyio
+async def test_malformed_chunk_is_an_error() -> None:
+    async with fake_openai_server([Reply.malformed(after=1)]) as server:
+        async with provider_for(server) as provider:
+            error = await fails(provider)
+    assert error.code == "provider_error"
+    assert "malformed" in error.message
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("after", [None, 2], ids=["before-headers", "mid-stream"])
+async def test_stall_times_out(after: int | None) -> None:
+    async with fake_openai_server([Reply.stall(30, after=after)]) as server:
+        async with provider_for(server, timeout_s=0.5) as provider:
+            start = time.monotonic()
+            error = await fails(provider)
+            elapsed = time.monotonic() - start
+    assert error.code == "timeout"
+    assert 0.4 < elapsed < 3
+
+
+@pytest.mark.anyio
+async def test_connection_refused_is_provider_error() -> None:
+    async with fake_openai_server() as server:
+        url = server.base_url
+    provider = OpenAIProvider(OpenAISettings(api_key=KEY, base_url=url, timeout_s=2, max_retries=0))
+    try:
+        error = await fails(provider)
+    finally:
+        await provider.aclose()
+    assert error.code == "provider_error"
+
+
+@pytest.mark.anyio
+async def test_api_key_never_in_error_messages() -> None:
+    # The fake quotes the wrong key in full in its 401 body, as a careless upstream might.
+    script = [Reply(), Reply.error(400, f"bad request from key {KEY}"), Reply.error(500, f"{KEY} exploded")]
+    async with fake_openai_server(api_key="sk-the-right-key-000000") as server:
+        async with provider_for(server) as provider:
+            unauthorized = await fails(provider)
+            assert "Incorrect API key" in unauthorized.message
+            assert unauthorized.code == "unauthorized" and unauthorized.status == 401
+            assert KEY not in repr(provider)
+        server.api_key = None
+        server.script = script
+        server.requests.clear()
+        async with provider_for(server) as provider:
+            await collect(provider)
+            errors = [await fails(provider), await fails(provider)]
+    assert [e.code for e in errors] == ["invalid_request", "provider_error"]
+    for error in (unauthorized, *errors):
+        assert KEY not in error.message and KEY not in str(error) and KEY not in repr(error.args)
+        assert "sk-…cdef" in error.message  # masked, still recognisable
+
+
+# ---------------------------------------------------------------- cancellation
+
+
+@pytest.mark.anyio
+async def test_cancel_closes_upstream_response() -> None:
+    slow = Reply(text="x" * 400, chunks=400, delay_s=0.02)
+    async with fake_openai_server([slow]) as server:
+        async with provider_for(server) as provider:
+            seen: list[Chunk] = []
+            with anyio.CancelScope() as scope:
+                async with aclosing(provider.stream(HELLO)) as chunks:  # type: ignore[type-var]
+                    async for chunk in chunks:
+                        seen.append(chunk)
+                        if len(seen) == 3:
+                            scope.cancel()
+            cancelled_at = time.monotonic()
+            assert scope.cancelled_caught
+            gone = await server.wait_for_disconnect(timeout=2.0)
+    assert len(seen) == 3
+    assert gone.request_index == 0
+    assert gone.at - cancelled_at < 1.5
+    assert gone.events_sent < 400
+    assert server.completed == 0
+
+
+@pytest.mark.anyio
+async def test_break_closes_upstream_response() -> None:
+    slow = Reply(text="y" * 400, chunks=400, delay_s=0.02)
+    async with fake_openai_server([slow]) as server:
+        async with provider_for(server) as provider:
+            async with aclosing(provider.stream(HELLO)) as chunks:  # type: ignore[type-var]
+                async for _ in chunks:
+                    break
+            closed_at = time.monotonic()
+            gone = await server.wait_for_disconnect(timeout=2.0)
+            assert gone.at - closed_at < 1.5
+            # The client is still usable afterwards.
+            server.script = [Reply(text="ok", chunks=1, usage=(1, 1))]
+            assert await collect(provider) == [TextChunk("ok"), UsageChunk(Usage(input_tokens=1, output_tokens=1)), FinishChunk("stop")]
+
+
+# ---------------------------------------------------------------- construction, the fake itself
+
+
+def test_factory_and_protocol() -> None:
+    settings = Settings()
+    settings.provider.openai = OpenAISettings(api_key=KEY, base_url="http://127.0.0.1:9/v1", model="gpt-x")
+    provider = provider_factory(settings)
+    assert isinstance(provider, Provider)
+    assert provider.name == "openai" and provider.model == "gpt-x"
+    assert KEY not in repr(provider)
+    assert provider_factory(settings.provider.openai).model == "gpt-x"
+    assert OpenAIProvider.from_settings(settings).model == "gpt-x"
+
+
+def test_parse_retry_after() -> None:
+    assert parse_retry_after({"retry-after": "3"}) == 3.0
+    assert parse_retry_after({"retry-after": "1.5"}) == 1.5
+    assert parse_retry_after({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
+    assert parse_retry_after({}) is None
+    assert parse_retry_after({"retry-after": "soon"}) is None
+    date = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 25 <= (parse_retry_after({"retry-after": date}) or 0) <= 31
+
+
+@pytest.mark.anyio
+async def test_fake_server_models_and_non_stream() -> None:
+    calls = [ToolCallScript("clock", "{}", id="call_z")]
+    async with fake_openai_server([Reply(text="Hi", usage=(2, 1)), Reply(text="", tool_calls=calls)], models=["m1", "m2"]) as server:
+        async with httpx.AsyncClient(base_url=server.base_url) as client:
+            models = (await client.get("/models")).json()
+            first = (await client.post("/chat/completions", json={"model": "m1", "messages": []})).json()
+            second = (await client.post("/chat/completions", json={"model": "m1", "messages": []})).json()
+    assert [m["id"] for m in models["data"]] == ["m1", "m2"]
+    assert first["choices"][0]["message"]["content"] == "Hi"
+    assert first["usage"] == {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3}
+    assert second["choices"][0]["finish_reason"] == "tool_calls"
+    assert second["choices"][0]["message"]["tool_calls"][0]["id"] == "call_z"
