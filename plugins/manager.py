@@ -99,8 +99,8 @@ def _collect(pm: pluggy.PluginManager, registry: Registry) -> None:
     ]
     for hook_name, kind, table, make_register in hooks:
         caller = getattr(pm.hook, hook_name)
-        # get_hookimpls lists the last registered first; built-ins must claim names first.
-        for impl in reversed(caller.get_hookimpls()):
+        # get_hookimpls lists plugins in registration order: built-ins claim names first.
+        for impl in caller.get_hookimpls():
             try:
                 impl.function(register=make_register(table, impl.plugin_name))
             except Exception as exc:

@@ -1,0 +1,36 @@
+"""config/gateway.toml documents every option with exactly the built-in defaults."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import msgspec
+
+from gateway.app import load_registry, section_name
+from kernel.settings import Settings, load_settings
+
+CONFIG = Path(__file__).resolve().parents[2] / "config" / "gateway.toml"
+
+
+def _without_transports(settings: Settings) -> dict:
+    data = msgspec.to_builtins(settings)
+    data.pop("transports")
+    return data
+
+
+def test_kernel_sections_equal_the_defaults() -> None:
+    assert _without_transports(load_settings(CONFIG, env={})) == _without_transports(Settings())
+
+
+def test_every_installed_transport_section_is_documented_with_its_defaults() -> None:
+    sections = tomllib.loads(CONFIG.read_text()).get("transports", {})
+    registry = load_registry(use_entry_points=False)
+    assert registry.transports, "no transports installed"
+    for name, cls in registry.transports.items():
+        section = sections.get(section_name(name))
+        assert section is not None, f"[transports.{section_name(name)}] is missing"
+        defaults = msgspec.to_builtins(cls.Config())
+        documented = {k: v for k, v in defaults.items() if v is not None}
+        assert section == documented, f"[transports.{section_name(name)}] differs from {cls.__name__}.Config()"
+        assert msgspec.convert(section, cls.Config) == cls.Config()
