@@ -1,0 +1,307 @@
+"""Sans-IO codec of the Agent-CLI remote dialect (one connection's worth of state).
+
+Frames in -> kernel commands (or an error frame to send back); kernel replies and
+session events in -> frames out. No I/O and no exceptions: the server feeds it
+what arrives and sends what it returns. State is per connection because the
+dialect needs it: whether each run was asked for as a stream, the tool call a
+``ToolConfirmationResponse`` answers (the wire names the tool, the kernel wants
+the call id), the arguments a failed tool was called with, pending clears.
+
+Reply rules (see ``docs/agent-cli.md``): a run ends with exactly one of ``Text``
+(non-stream), the end marker ``Complete`` (stream) or an error frame; questions
+and tool activity go out under the id of the request that started the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from kernel import model as m
+
+from . import wire
+from .inputs import BadRequest, Limits, ParsedRequest, instruction_args, parse_request
+
+CompleteTag = Literal["Complete", "StreamComplete"]
+
+#: Kernel error codes -> the document's error kinds (the leading word of ``error``).
+ERROR_KINDS: dict[str, str] = {"parse_error": "parse_error", "timeout": "timeout_error"}
+TURN_DECLINED = "The conversation ended: the turn limit was reached and the turn count was not reset."
+TURN_QUESTION = "Reached the maximum number of conversation turns ({max} turns). Reset the turn count to continue?"
+UNREADABLE_ID = "parse_error"
+
+_encode = msgspec.json.Encoder().encode
+_decode_any = msgspec.json.Decoder().decode
+
+
+def usage(u: m.Usage) -> wire.TokenUsage:
+    return wire.TokenUsage(prompt_tokens=u.input_tokens, completion_tokens=u.output_tokens, total_tokens=u.total_tokens)
+
+
+def json_value(text: str) -> Any:
+    """A tool's JSON argument text as a value (the wire shows objects); unparsable stays text."""
+    try:
+        return _decode_any(text)
+    except (msgspec.DecodeError, RecursionError):
+        return text
+
+
+class Incoming(msgspec.Struct, frozen=True, kw_only=True):
+    """A request ready for the kernel."""
+
+    request_id: str
+    variant: str
+    stream: bool
+    command: m.Command
+
+
+class _Run(msgspec.Struct, kw_only=True):
+    request_id: str
+    stream: bool
+
+
+class _Approval(msgspec.Struct, kw_only=True):
+    call_id: str
+    run_id: str
+    name: str
+    request_id: str
+
+
+class AgentCliCodec:
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        complete_tag: CompleteTag = "Complete",
+        limits: Limits = Limits(),
+        max_queued_requests: int = 8,
+    ) -> None:
+        self.session_id = session_id
+        self.complete_tag = complete_tag
+        self.limits = limits
+        self.max_queued_requests = max_queued_requests
+        self.runs: dict[str, _Run] = {}
+        self.approvals: dict[str, _Approval] = {}
+        self._call_args: dict[str, tuple[str, Any]] = {}  # call id -> (run id, arguments)
+        self._pending_clears: set[str] = set()
+
+    # -------------------------------------------------------------- frames in
+
+    def decode(self, data: str | bytes) -> Incoming | str:
+        """One frame -> an :class:`Incoming` for the kernel, or an error frame to send back."""
+        parsed = parse_request(data, self.limits)
+        if isinstance(parsed, BadRequest):
+            return self._bad(parsed)
+        command = self._command(parsed)
+        if isinstance(command, str):
+            return command
+        return Incoming(request_id=parsed.request_id, variant=parsed.variant, stream=parsed.stream, command=command)
+
+    def _bad(self, bad: BadRequest) -> str:
+        rid = bad.request_id if bad.request_id is not None else UNREADABLE_ID
+        if bad.kind == "parse_error":
+            return self.error(rid, f"Failed to parse request: {bad.message}")
+        return self.error(rid, f"{bad.kind}: {bad.message}")
+
+    def _command(self, req: ParsedRequest) -> m.Command | str:
+        ids = {"session_id": self.session_id, "request_id": req.request_id}
+        variant = req.variant
+        if variant in ("Text", "Image", "File", "Multi", "Regenerate"):
+            if len(self.runs) > self.max_queued_requests:
+                return self.error(
+                    req.request_id,
+                    f"processing_error: busy: {len(self.runs)} requests are already running or queued on this "
+                    f"connection (at most {self.max_queued_requests} may wait); retry when one has finished",
+                )
+            if variant == "Regenerate":
+                return m.Regenerate(**ids, options=req.options)
+            return m.Prompt(**ids, parts=req.value, options=req.options)
+        if variant == "Instruction":
+            return m.RunCommand(**ids, name=req.value.command, args=instruction_args(req.value.parameters))
+        if variant == "GetCommands":
+            return m.ListCommands(**ids)
+        if variant == "Interrupt":
+            return m.Interrupt(**ids)
+        if variant == "ClearContext":
+            return m.ClearContext(**ids)
+        if variant == "TurnConfirmationResponse":
+            return m.ResolveTurnLimit(**ids, confirmed=req.value.confirmed, reason=req.value.reason)
+        return self._tool_answer(req, ids)
+
+    def _tool_answer(self, req: ParsedRequest, ids: dict[str, Any]) -> m.Command | str:
+        """The wire names the tool; the kernel wants the pending call's id."""
+        answer: wire.ToolConfirmationInput = req.value
+        if not self.approvals:
+            return self.error(req.request_id, "processing_error: no tool confirmation is pending")
+        match = next((a for a in self.approvals.values() if a.name == answer.name), None)
+        if match is None:
+            waiting = ", ".join(repr(a.name) for a in self.approvals.values())
+            return self.error(
+                req.request_id, f"processing_error: no pending confirmation for tool {answer.name!r} (waiting for {waiting})"
+            )
+        del self.approvals[match.call_id]  # answered once; a second answer finds nothing pending
+        return m.ResolveToolApproval(**ids, call_id=match.call_id, approved=answer.approved, reason=answer.reason)
+
+    # -------------------------------------------------------------- replies
+
+    def on_reply(self, incoming: Incoming, reply: m.Reply) -> list[str]:
+        """The kernel's reply to ``incoming`` -> frames to send now (often none)."""
+        rid = incoming.request_id
+        if isinstance(reply, m.Accepted):
+            if reply.run_id is not None:
+                self.runs[reply.run_id] = _Run(request_id=rid, stream=incoming.stream)
+            elif isinstance(incoming.command, m.ClearContext):
+                self._pending_clears.add(rid)  # acknowledged when the clear has happened
+            return []
+        if isinstance(reply, m.CommandList):
+            listing = {"commands": [{"name": c.name, "description": c.description} for c in reply.commands], "count": len(reply.commands)}
+            return [self.text(rid, _encode(listing).decode("utf-8"), wire.ZERO_USAGE)]
+        if isinstance(reply, m.CommandOutput):
+            return [self.text(rid, reply.output, wire.ZERO_USAGE)]
+        if isinstance(reply, m.Done) and isinstance(incoming.command, m.ClearContext):
+            return [self.text(rid, "Context cleared.", wire.ZERO_USAGE)]
+        return []  # Interrupt and confirmations: the run's own frames are the answer
+
+    def on_error(self, incoming: Incoming, exc: m.KernelError) -> list[str]:
+        if isinstance(incoming.command, m.Interrupt) and exc.code == "invalid_request":
+            return [self.error(incoming.request_id, exc.message)]  # "No active model output to interrupt"
+        return [self.error(incoming.request_id, f"{ERROR_KINDS.get(exc.code, 'processing_error')}: {exc.message}")]
+
+    # -------------------------------------------------------------- events
+
+    def on_events(self, events: list[m.Event]) -> list[str]:
+        """Session events -> frames; adjacent stream chunks of one request become one frame."""
+        out: list[wire.RemoteResponse] = []
+        for event in events:
+            for frame in self._event(event):
+                last = out[-1] if out else None
+                if (
+                    last is not None
+                    and isinstance(frame.response, wire.StreamBody)
+                    and isinstance(last.response, wire.StreamBody)
+                    and last.request_id == frame.request_id
+                ):
+                    last.response = wire.StreamBody(last.response.value + frame.response.value)
+                else:
+                    out.append(frame)
+        return [_encode(frame).decode("utf-8") for frame in out]
+
+    def _run(self, event: Any, *, end: bool = False) -> _Run:
+        run = self.runs.pop(event.run_id, None) if end else self.runs.get(event.run_id)
+        return run or _Run(request_id=event.request_id or event.run_id, stream=False)
+
+    def _event(self, event: m.Event) -> list[wire.RemoteResponse]:
+        if isinstance(event, m.TextDelta):
+            run = self._run(event)
+            return [_frame(run.request_id, wire.StreamBody(event.text))] if run.stream else []
+        if isinstance(event, m.ToolCallStarted):
+            args = json_value(event.arguments)
+            self._call_args[event.call_id] = (event.run_id, args)
+            return [_frame(self._run(event).request_id, wire.ToolCallBody(wire.NamedArgs(name=event.name, arguments=args)))]
+        if isinstance(event, m.ToolApprovalRequested):
+            rid = self._run(event).request_id
+            self.approvals[event.call_id] = _Approval(call_id=event.call_id, run_id=event.run_id, name=event.name, request_id=rid)
+            info = wire.ConfirmationInfo(name=event.name, arguments=json_value(event.arguments), description=event.description or None)
+            return [_frame(rid, wire.ToolConfirmationBody(info))]
+        if isinstance(event, m.ToolResult):
+            return [self._tool_result(event)]
+        if isinstance(event, m.TurnLimitReached):
+            info = wire.TurnInfo(current_turns=event.current_turns, max_turns=event.max_turns, reason=TURN_QUESTION.format(max=event.max_turns))
+            return [_frame(self._run(event).request_id, wire.TurnConfirmationBody(info))]
+        if isinstance(event, m.RunFinished):
+            return self._finished(event)
+        if isinstance(event, m.RunFailed):
+            run = self._run(event, end=True)
+            self._forget_run(event.run_id)
+            kind = ERROR_KINDS.get(event.error.code, "processing_error")
+            return [_frame(run.request_id, wire.TextBody(event.text), f"{kind}: {event.error.message}", usage(event.usage))]
+        if isinstance(event, m.ContextCleared) and event.request_id in self._pending_clears:
+            self._pending_clears.discard(event.request_id)
+            return [_frame(event.request_id, wire.TextBody("Context cleared."), None, wire.ZERO_USAGE)]
+        return []  # run_started, turn_started, reasoning: nothing in this dialect
+
+    def _tool_result(self, event: m.ToolResult) -> wire.RemoteResponse:
+        rid = self._run(event).request_id
+        self.approvals.pop(event.call_id, None)
+        args = self._call_args.pop(event.call_id, (None, {}))[1]
+        if event.is_error and not event.rejected:
+            detail = event.result.removeprefix("tool error: ")
+            error = wire.ToolError(
+                type="tool_execution_error",
+                message=f"Tool '{event.name}' execution failed",
+                details=wire.ToolErrorDetails(tool=event.name, error=detail, arguments=args),
+            )
+            return _frame(rid, wire.TextBody(""), _encode(error).decode("utf-8"))
+        return _frame(rid, wire.ToolResultBody(wire.NamedResult(name=event.name, result=event.result)))
+
+    def _finished(self, event: m.RunFinished) -> list[wire.RemoteResponse]:
+        run = self._run(event, end=True)
+        self._forget_run(event.run_id)
+        rid, tokens = run.request_id, usage(event.usage)
+        frames: list[wire.RemoteResponse] = []
+        if event.stop_reason == "turn_limit":
+            frames.append(_frame(rid, wire.TextBody(TURN_DECLINED), None, tokens))
+            if not run.stream:
+                return frames
+        if run.stream:
+            info = wire.CompleteInfo(token_usage=tokens, interrupted=event.interrupted)
+            body = wire.CompleteBody(info) if self.complete_tag == "Complete" else wire.StreamCompleteBody(info)
+            return [*frames, _frame(rid, body)]
+        return [_frame(rid, wire.TextBody(event.text), "interrupted" if event.interrupted else None, tokens)]
+
+    def _forget_run(self, run_id: str) -> None:
+        """A run ended: no question of it can still be pending, no call of it still open."""
+        for call_id in [c for c, a in self.approvals.items() if a.run_id == run_id]:
+            del self.approvals[call_id]
+        for call_id in [c for c, (owner, _) in self._call_args.items() if owner == run_id]:
+            del self._call_args[call_id]
+
+    # -------------------------------------------------------------- connection-level
+
+    def expire_approval(self, call_id: str, timeout_s: float) -> tuple[m.ResolveToolApproval, str] | None:
+        """A confirmation left unanswered for ``timeout_s``: the rejection to send to the
+        kernel and a ``timeout_error`` frame for the client; None if it was answered."""
+        approval = self.approvals.pop(call_id, None)
+        if approval is None:
+            return None
+        command = m.ResolveToolApproval(
+            session_id=self.session_id, request_id=approval.request_id, call_id=call_id, approved=False, reason="approval timed out"
+        )
+        frame = self.error(
+            approval.request_id, f"timeout_error: confirmation for tool '{approval.name}' not received within {timeout_s:g}s; the call was rejected"
+        )
+        return command, frame
+
+    def events_lost(self, reason: str) -> list[str]:
+        """This connection missed events: end every open run with a ``connection_error``."""
+        frames = [self.error(run.request_id, f"connection_error: {reason}") for run in self.runs.values()]
+        self.runs.clear()
+        self.approvals.clear()
+        self._call_args.clear()
+        return frames
+
+    def too_large(self, size: int, limit: int) -> str:
+        return self.error(UNREADABLE_ID, f"Failed to parse request: message of {size} bytes is over the {limit}-byte limit")
+
+    def rate_limited(self, per_minute: int, retry_after_s: float) -> str:
+        return self.error(
+            UNREADABLE_ID, f"processing_error: rate limited: more than {per_minute} requests a minute; retry in {retry_after_s:g}s"
+        )
+
+    def invalid_frame(self, reason: str) -> str:
+        return self.error(UNREADABLE_ID, f"Failed to parse request: {reason}")
+
+    # -------------------------------------------------------------- frame helpers
+
+    @staticmethod
+    def text(request_id: str, text: str, tokens: wire.TokenUsage | None = None) -> str:
+        return _encode(_frame(request_id, wire.TextBody(text), None, tokens)).decode("utf-8")
+
+    @staticmethod
+    def error(request_id: str, message: str) -> str:
+        return _encode(_frame(request_id, wire.TextBody(""), message)).decode("utf-8")
+
+
+def _frame(request_id: str, body: Any, error: str | None = None, tokens: wire.TokenUsage | None = None) -> wire.RemoteResponse:
+    return wire.RemoteResponse(request_id=request_id, response=body, error=error, token_usage=tokens)

@@ -1,0 +1,311 @@
+"""Decoding a ``RemoteRequest``: JSON in, a validated request or a precise error out.
+
+Pure functions, no I/O and no exceptions escaping: :func:`parse_request` returns a
+:class:`ParsedRequest` or a :class:`BadRequest` whose message says what was wrong
+and where (``$.input.Image.data``), so a client author can fix the request.
+"""
+
+from __future__ import annotations
+
+import binascii
+import logging
+from typing import Any
+
+import msgspec
+
+from kernel import model as m
+
+from . import wire
+
+log = logging.getLogger("gateway.agent_cli")
+
+_envelope = msgspec.json.Decoder(wire.Envelope)
+_probe = msgspec.json.Decoder(wire.IdProbe)
+_tagged = msgspec.json.Decoder(str | dict[str, msgspec.Raw])
+_null = msgspec.json.Decoder(None)
+_decoders = {name: msgspec.json.Decoder(kind) for name, kind in wire.VALUE_VARIANTS.items()}
+_encode = msgspec.json.Encoder().encode
+
+#: Content types a File may have to reach the model as text (besides ``text/*``).
+TEXT_CONTENT_TYPES = frozenset(
+    {
+        "application/json", "application/ld+json", "application/x-ndjson", "application/xml",
+        "application/javascript", "application/x-javascript", "application/ecmascript",
+        "application/typescript", "application/x-typescript", "application/yaml", "application/x-yaml",
+        "application/toml", "application/x-toml", "application/sql", "application/x-sh",
+        "application/x-shellscript", "application/x-python", "application/x-python-code",
+        "application/csv", "application/graphql", "application/x-httpd-php", "application/rtf",
+        "application/x-tex", "application/x-latex", "image/svg+xml",
+    }
+)
+#: Extensions accepted as text when the content type says nothing (``application/octet-stream``).
+TEXT_EXTENSIONS = frozenset(
+    "txt md markdown rst csv tsv json jsonl ndjson xml html htm css js mjs cjs ts tsx jsx py pyi rs go "
+    "java kt kts c h cc cpp hpp cs rb php pl sh bash zsh fish ps1 bat sql toml yaml yml ini cfg conf "
+    "env log tex svg swift scala lua r m mm dart ex exs erl hs ml vue svelte gradle properties lock "
+    "dockerfile makefile gitignore".split()
+)
+_GENERIC_TYPES = frozenset({"", "application/octet-stream", "binary/octet-stream"})
+_IMAGE_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    max_file_bytes: int = 1_048_576
+    max_image_bytes: int = 3_145_728
+    max_parts: int = 16
+    max_depth: int = 4
+
+
+class ParsedRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """A readable request: which variant, its decoded value, and the request options."""
+
+    request_id: str
+    variant: str
+    value: Any
+    stream: bool
+    options: m.PromptOptions
+
+
+class BadRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """An unusable request. ``kind`` is ``parse_error`` (malformed) or ``processing_error``
+    (well-formed, but its content cannot be used, e.g. a binary file)."""
+
+    request_id: str | None
+    kind: str
+    message: str
+
+
+class _Invalid(Exception):
+    def __init__(self, message: str, kind: str = "parse_error") -> None:
+        super().__init__(message)
+        self.message = message
+        self.kind = kind
+
+
+def parse_request(data: str | bytes, limits: Limits) -> ParsedRequest | BadRequest:
+    """Decode one frame. Never raises."""
+    try:
+        envelope = _envelope.decode(data)
+    except (msgspec.MsgspecError, RecursionError) as exc:
+        return BadRequest(request_id=probe_request_id(data), kind="parse_error", message=_explain(exc))
+    try:
+        variant, value = _variant(envelope.input, "$.input")
+        if variant in ("Multi", "Text", "Image", "File"):
+            value = content_parts(variant, value, limits, "$.input")
+    except _Invalid as exc:
+        return BadRequest(request_id=envelope.request_id, kind=exc.kind, message=exc.message)
+    except (msgspec.MsgspecError, RecursionError) as exc:  # pragma: no cover - _variant wraps these
+        return BadRequest(request_id=envelope.request_id, kind="parse_error", message=_explain(exc))
+    return ParsedRequest(
+        request_id=envelope.request_id,
+        variant=variant,
+        value=value,
+        stream=bool(envelope.stream),
+        options=prompt_options(envelope.config, envelope.use_tools),
+    )
+
+
+def probe_request_id(data: str | bytes) -> str | None:
+    """The request's ``request_id`` if it is readable at all (for error replies)."""
+    try:
+        rid = _probe.decode(data).request_id
+    except (msgspec.MsgspecError, RecursionError):
+        return None
+    return rid if isinstance(rid, str) else None
+
+
+def prompt_options(config: wire.RequestConfig | None, use_tools: bool | None) -> m.PromptOptions:
+    """``config`` overrides -> kernel options; ``0`` and null mean "the session default"."""
+    if config is None:
+        return m.PromptOptions(use_tools=use_tools is not False)
+    return m.PromptOptions(
+        max_tokens=config.max_tokens or None,
+        system_prompt=config.prompt,
+        use_tools=use_tools is not False,
+        max_context_messages=config.max_context_num or None,
+        ask_before_tool_execution=config.ask_before_tool_execution,
+        max_tool_iterations=config.max_tool_try or None,
+    )
+
+
+def _explain(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        return "JSON is nested too deeply"
+    return str(exc)
+
+
+def _at(exc: msgspec.MsgspecError, path: str) -> str:
+    """Re-root msgspec's ``$`` paths at where the value sits in the request."""
+    text = str(exc)
+    return text.replace("`$", f"`{path}") if "`$" in text else f"{text} - at `{path}`"
+
+
+def _variant(raw: msgspec.Raw | bytes, path: str) -> tuple[str, Any]:
+    """Pick an externally tagged variant: ``"Unit"``, ``{"Unit": null}`` or ``{"Name": value}``."""
+    try:
+        tagged = _tagged.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise _Invalid(f"{_at(exc, path)}: expected a variant name or an object with one variant key") from None
+    except (msgspec.MsgspecError, RecursionError) as exc:
+        raise _Invalid(f"{_explain(exc)} - at `{path}`") from None
+    if isinstance(tagged, str):
+        if tagged in wire.UNIT_VARIANTS:
+            return tagged, None
+        if tagged in wire.VALUE_VARIANTS:
+            raise _Invalid(f"variant `{tagged}` needs a value, e.g. {{\"{tagged}\": ...}} - at `{path}`")
+        raise _Invalid(_unknown(tagged, path))
+    if len(tagged) != 1:
+        found = ", ".join(f"`{k}`" for k in list(tagged)[:5]) or "none"
+        raise _Invalid(f"expected exactly one variant key, found {len(tagged)} ({found}) - at `{path}`")
+    ((name, value),) = tagged.items()
+    where = f"{path}.{name}"
+    if name in wire.UNIT_VARIANTS:
+        try:
+            _null.decode(value)
+        except (msgspec.MsgspecError, RecursionError):
+            raise _Invalid(f"unit variant `{name}` takes null or no value, e.g. \"{name}\" - at `{where}`") from None
+        return name, None
+    decoder = _decoders.get(name)
+    if decoder is None:
+        raise _Invalid(_unknown(name, path))
+    try:
+        return name, decoder.decode(value)
+    except msgspec.MsgspecError as exc:
+        raise _Invalid(_at(exc, where)) from None
+    except RecursionError:
+        raise _Invalid(f"JSON is nested too deeply - at `{where}`") from None
+
+
+def _unknown(name: str, path: str) -> str:
+    shown = name if len(name) <= 64 else name[:61] + "..."
+    expected = ", ".join(f"`{v}`" for v in wire.ALL_VARIANTS)
+    return f"unknown variant `{shown}`, expected one of {expected} - at `{path}`"
+
+
+# ---------------------------------------------------------------- content inputs
+
+
+def content_parts(variant: str, value: Any, limits: Limits, path: str, depth: int = 0) -> tuple[m.ContentPart, ...]:
+    """Text / Image / File / Multi -> kernel content parts (Multi flattened, bounded)."""
+    where = f"{path}.{variant}"
+    if variant == "Text":
+        return (m.TextPart(value),)
+    if variant == "Image":
+        return (image_part(value, limits, where),)
+    if variant == "File":
+        return (file_part(value, limits, where),)
+    if depth >= limits.max_depth:
+        raise _Invalid(f"`Multi` is nested more than {limits.max_depth} levels deep - at `{where}`")
+    if not value:
+        raise _Invalid(f"`Multi` needs at least one input - at `{where}`")
+    parts: list[m.ContentPart] = []
+    for index, raw in enumerate(value):
+        item_path = f"{where}[{index}]"
+        name, item = _variant(raw, item_path)
+        if name not in wire.CONTENT_VARIANTS:
+            raise _Invalid(f"`{name}` cannot be part of `Multi` (only Text, Image, File, Multi) - at `{item_path}`")
+        parts.extend(content_parts(name, item, limits, item_path, depth + 1))
+        if len(parts) > limits.max_parts:
+            raise _Invalid(f"`Multi` holds more than {limits.max_parts} inputs", "processing_error")
+    return tuple(parts)
+
+
+def _base64(data: str, where: str) -> bytes:
+    # Line breaks (MIME style) and the URL-safe alphabet are accepted; anything else is an error.
+    cleaned = "".join(data.split()).replace("-", "+").replace("_", "/")
+    try:
+        return binascii.a2b_base64(cleaned.encode("ascii"), strict_mode=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError) as exc:
+        raise _Invalid(f"invalid base64 ({exc}) - at `{where}.data`") from None
+
+
+def _max_encoded(limit: int) -> int:
+    return (limit + 2) // 3 * 4
+
+
+def image_part(image: wire.ImageInput, limits: Limits, where: str) -> m.ImagePart:
+    if len(image.data) > _max_encoded(limits.max_image_bytes) + 8:
+        raise _Invalid(f"image is over the {limits.max_image_bytes}-byte limit", "processing_error")
+    data = _base64(image.data, where)
+    if not data:
+        raise _Invalid(f"image data is empty - at `{where}.data`", "processing_error")
+    if len(data) > limits.max_image_bytes:
+        raise _Invalid(f"image of {len(data)} bytes is over the {limits.max_image_bytes}-byte limit", "processing_error")
+    mime = (image.mime_type or "").strip().lower() or _sniff_image(data)
+    if mime is None:
+        raise _Invalid("cannot tell the image format; set `mime_type` (image/png, image/jpeg, ...)", "processing_error")
+    if not mime.startswith("image/"):
+        raise _Invalid(f"`mime_type` {mime!r} is not an image type - at `{where}.mime_type`", "processing_error")
+    return m.ImagePart(data=data, mime_type=mime)
+
+
+def _sniff_image(data: bytes) -> str | None:
+    for magic, mime in _IMAGE_MAGIC:
+        if data.startswith(magic):
+            return mime
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def is_text_like(content_type: str, filename: str) -> bool:
+    """Whether a File's declared type (or, for generic types, its extension) is text."""
+    ctype = content_type.split(";", 1)[0].strip().lower()
+    if ctype.startswith("text/") or ctype in TEXT_CONTENT_TYPES or ctype.endswith(("+json", "+xml")):
+        return True
+    if ctype in _GENERIC_TYPES:
+        base = filename.replace("\\", "/").rsplit("/", 1)[-1].lower()
+        ext = base.rsplit(".", 1)[-1] if "." in base else base
+        return ext in TEXT_EXTENSIONS
+    return False
+
+
+def file_part(file: wire.FileInput, limits: Limits, where: str) -> m.FilePart:
+    name = file.filename.strip()[:255] or "unnamed"
+    if len(file.data) > _max_encoded(limits.max_file_bytes) + 8:
+        raise _Invalid(f"file {name!r} is over the {limits.max_file_bytes}-byte limit", "processing_error")
+    data = _base64(file.data, where)
+    if len(data) > limits.max_file_bytes:
+        raise _Invalid(f"file {name!r} of {len(data)} bytes is over the {limits.max_file_bytes}-byte limit", "processing_error")
+    ctype = file.content_type.strip() or "application/octet-stream"
+    if not is_text_like(ctype, name):
+        raise _Invalid(
+            f"file {name!r} ({ctype}) is binary; only text files (text/*, JSON, XML, source code...) "
+            "can be given to the model; send pictures as `Image`",
+            "processing_error",
+        )
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise _Invalid(f"file {name!r} ({ctype}) is not valid UTF-8 text", "processing_error") from None
+    if "\x00" in text:
+        raise _Invalid(f"file {name!r} ({ctype}) contains NUL bytes: it is binary, not text", "processing_error")
+    return m.FilePart(name=name, data=text.encode("utf-8"), content_type=ctype)
+
+
+def instruction_args(parameters: Any) -> str:
+    """``Instruction.parameters`` -> the slash command's argument string.
+
+    A string is used as is; a list is joined with spaces; an object uses its
+    ``args`` string if it has one, else its values joined with spaces.
+    """
+    if parameters is None:
+        return ""
+    if isinstance(parameters, str):
+        return parameters
+    if isinstance(parameters, dict):
+        if isinstance(parameters.get("args"), str):
+            return parameters["args"]
+        parameters = list(parameters.values())
+    if isinstance(parameters, list):
+        return " ".join(_scalar(v) for v in parameters if v is not None)
+    return _scalar(parameters)
+
+
+def _scalar(value: Any) -> str:
+    return value if isinstance(value, str) else _encode(value).decode("utf-8")

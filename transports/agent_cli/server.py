@@ -1,0 +1,240 @@
+"""The Agent-CLI transport: a WebSocket endpoint binding the codec to the kernel.
+
+One connection = one new kernel session. Two tasks per connection: the reader
+decodes frames and executes them at once, in order (so a prompt queues behind a
+running one in the kernel while an Interrupt or a confirmation acts immediately);
+the writer forwards the session's events, turning everything that is ready at
+the same moment into frames in one go (adjacent stream chunks merged). Slash
+commands run in their own tasks, since a plugin's command may be slow.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Literal
+
+import anyio
+import msgspec
+from anyio.abc import TaskGroup, TaskStatus
+
+from kernel import Kernel, KernelError, Subscription
+from kernel import model as m
+from transports.shared import (
+    CLOSE_INTERNAL_ERROR,
+    CLOSE_NORMAL,
+    ConfigError,
+    Router,
+    ServerConfig,
+    WebSocket,
+    WsIdle,
+    WsInvalidFrame,
+    WsRateLimited,
+    WsText,
+    WsTooLarge,
+    serve_asgi,
+)
+
+from .codec import AgentCliCodec, Incoming
+from .inputs import Limits
+
+log = logging.getLogger("gateway.agent_cli")
+
+#: Slash commands running at once per connection; the reader waits beyond that.
+MAX_CONCURRENT_COMMANDS = 4
+
+
+class AgentCliConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
+    """``[transports.agent_cli]``; every option is described in docs/agent-cli.md."""
+
+    port: int = 8080
+    path: str = "/"
+    agent: str | None = None
+    complete_tag: Literal["Complete", "StreamComplete"] = "Complete"
+    approval_timeout_s: float = 300.0
+    max_turns: int | None = None
+    max_queued_requests: int = 8
+    max_file_bytes: int = 1_048_576
+    max_image_bytes: int = 3_145_728
+    max_input_parts: int = 16
+    max_message_bytes: int = 4_194_304
+
+    def check(self) -> None:
+        if not self.path.startswith("/"):
+            raise ConfigError(f"[transports.agent_cli] path must start with '/': {self.path!r}")
+        for name in ("max_queued_requests", "max_file_bytes", "max_image_bytes", "max_input_parts"):
+            if getattr(self, name) < (0 if name == "max_queued_requests" else 1):
+                raise ConfigError(f"[transports.agent_cli] {name} is out of range: {getattr(self, name)}")
+        if self.max_turns is not None and self.max_turns < 0:
+            raise ConfigError("[transports.agent_cli] max_turns must be >= 0 (0 = unlimited)")
+
+
+class AgentCliTransport:
+    name = "agent-cli"
+    description = "Agent-CLI remote protocol: JSON requests/responses over a WebSocket (v1.0-v1.7)"
+    Config = AgentCliConfig
+
+    async def serve(self, kernel: Kernel, config: AgentCliConfig, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED) -> None:
+        config.check()
+        kernel.agent(config.agent)  # an unknown agent is a start-up error, not a per-connection one
+        router = Router(config)
+        router.websocket(config.path, partial(_serve_connection, kernel, config))
+        async with anyio.create_task_group() as tg:
+            host, port = await tg.start(partial(serve_asgi, router, config))
+            shown = f"[{host}]" if ":" in host else host
+            task_status.started(f"http://{shown}:{port}")
+
+
+async def _serve_connection(kernel: Kernel, config: AgentCliConfig, ws: WebSocket) -> None:
+    if not await ws.accept():
+        return
+    try:
+        session = await kernel.session(None, config.agent)
+    except KernelError as exc:
+        log.error("agent-cli: cannot open a session: %s", exc.message)
+        await ws.close(CLOSE_INTERNAL_ERROR, "cannot open a session")
+        return
+    if config.max_turns is not None:
+        # Workaround: the kernel has no per-session turn limit, so this session gets
+        # its own copy of the agent settings (reset if the settings are updated live).
+        session.agent = msgspec.structs.replace(session.agent, max_turns=config.max_turns)
+    await _Connection(kernel, config, ws, session.id).run()
+
+
+class _Connection:
+    def __init__(self, kernel: Kernel, config: AgentCliConfig, ws: WebSocket, session_id: str) -> None:
+        self.kernel = kernel
+        self.config = config
+        self.ws = ws
+        self.session_id = session_id
+        limits = Limits(max_file_bytes=config.max_file_bytes, max_image_bytes=config.max_image_bytes, max_parts=config.max_input_parts)
+        self.codec = AgentCliCodec(
+            session_id, complete_tag=config.complete_tag, limits=limits, max_queued_requests=config.max_queued_requests
+        )
+        self.commands = anyio.Semaphore(MAX_CONCURRENT_COMMANDS)
+
+    async def run(self) -> None:
+        subscription = await self.kernel.subscribe(self.session_id)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self.write_events, subscription, tg)
+                await self.read(tg)
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.release(subscription)
+
+    # -------------------------------------------------------------- reading
+
+    async def read(self, tg: TaskGroup) -> None:
+        async for event in self.ws:
+            if isinstance(event, WsText):
+                await self.on_frame(event.text, tg)
+            elif isinstance(event, WsTooLarge):
+                await self.send([self.codec.too_large(event.size_bytes, event.limit_bytes)])
+            elif isinstance(event, WsRateLimited):
+                await self.send([self.codec.rate_limited(event.limit_per_minute, event.retry_after_s)])
+            elif isinstance(event, WsInvalidFrame):
+                await self.send([self.codec.invalid_frame(event.reason)])
+            elif isinstance(event, WsIdle):
+                session = self.kernel.sessions.get(self.session_id)
+                if session is None or not session.busy:
+                    await self.ws.close(CLOSE_NORMAL, "idle")
+
+    async def on_frame(self, text: str, tg: TaskGroup) -> None:
+        decoded = self.codec.decode(text)
+        if isinstance(decoded, str):
+            await self.send([decoded])
+        elif isinstance(decoded.command, m.RunCommand):
+            await self.commands.acquire()
+            tg.start_soon(self.run_command, decoded)
+        else:
+            await self.execute(decoded)
+
+    async def run_command(self, incoming: Incoming) -> None:
+        try:
+            await self.execute(incoming)
+        finally:
+            self.commands.release()
+
+    async def execute(self, incoming: Incoming) -> None:
+        try:
+            reply = await self.kernel.execute(incoming.command)
+        except KernelError as exc:
+            frames = self.codec.on_error(incoming, exc)
+        except Exception as exc:  # a plugin's command or tool bug must not end the connection
+            log.exception("agent-cli: %s failed", incoming.variant)
+            frames = self.codec.on_error(incoming, KernelError("internal", f"internal error: {type(exc).__name__}"))
+        else:
+            frames = self.codec.on_reply(incoming, reply)
+        await self.send(frames)
+
+    # -------------------------------------------------------------- writing
+
+    async def write_events(self, subscription: Subscription, tg: TaskGroup) -> None:
+        """Forward events until the session's hub closes; resume after falling behind."""
+        while True:
+            lagged = await self.forward(subscription, tg)
+            if lagged is None:
+                return
+            subscription = await self.kernel.subscribe(self.session_id, after_seq=lagged.last_seq)
+            first = subscription.receive_nowait()
+            if first and isinstance(first[0], m.SubscriberLagged):  # the missed events are gone
+                subscription.close()
+                await self.send(self.codec.events_lost(first[0].error.message))
+                subscription = await self.kernel.subscribe(self.session_id)
+            elif first:
+                await self.send(self.codec.on_events(first))
+
+    async def forward(self, subscription: Subscription, tg: TaskGroup) -> m.SubscriberLagged | None:
+        async with subscription:
+            async for event in subscription:
+                batch = [event, *subscription.receive_nowait()]
+                lagged = next((e for e in batch if isinstance(e, m.SubscriberLagged)), None)
+                if self.config.approval_timeout_s > 0:
+                    for e in batch:
+                        if isinstance(e, m.ToolApprovalRequested):
+                            tg.start_soon(self.expire_approval, e.call_id)
+                if not await self.send(self.codec.on_events(batch)):
+                    return None
+                if lagged is not None:
+                    return lagged
+        return None
+
+    async def expire_approval(self, call_id: str) -> None:
+        await anyio.sleep(self.config.approval_timeout_s)
+        expired = self.codec.expire_approval(call_id, self.config.approval_timeout_s)
+        if expired is None:
+            return
+        command, frame = expired
+        await self.send([frame])
+        try:
+            await self.kernel.execute(command)
+        except KernelError as exc:  # the kernel's own timeout (or the run's end) came first
+            log.debug("agent-cli: approval expiry for %s: %s", call_id, exc.message)
+
+    async def send(self, frames: list[str]) -> bool:
+        for frame in frames:
+            if not await self.ws.send_text(frame):
+                return False
+        return True
+
+    # -------------------------------------------------------------- end
+
+    async def release(self, subscription: Subscription) -> None:
+        """The client is gone: end its runs and unload its session (the history stays stored).
+
+        Left alone when another client (another transport) watches the same session.
+        """
+        subscription.close()
+        session = self.kernel.sessions.get(self.session_id)
+        if session is None or session.hub.subscriber_count > 0:
+            return
+        session.interrupt(closing=True)  # the active run and every accepted one end as interrupted
+        with anyio.move_on_after(2.0):
+            await session.wait_idle()
+        if self.kernel.sessions.get(self.session_id) is session and session.hub.subscriber_count == 0:
+            # Workaround: the kernel has no "unload session" command; DeleteSession would also
+            # delete the stored history. This mirrors its unloading half.
+            del self.kernel.sessions[self.session_id]
+            session.close()
