@@ -83,7 +83,7 @@ class ToolRunner:
 
     def _needs_approval(self, tool: Tool) -> bool:
         if tool.name in self.session.tool_policy:
-            return False
+            return True  # _ask answers from the remembered decision (allow or reject) without asking
         ask = self.active.job.options.ask_before_tool_execution
         if ask is None:
             ask = self.session.agent.ask_before_tool_execution

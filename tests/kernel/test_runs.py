@@ -344,3 +344,18 @@ async def test_empty_prompt_is_rejected() -> None:
         with pytest.raises(KernelError) as info:
             await kernel.execute(m.Prompt(session_id="s"))
         assert info.value.code == "invalid_request"
+
+
+async def test_remembered_rejection_applies_without_asking() -> None:
+    provider = ScriptedProvider([tool_turn("guarded"), text_turn("x"), tool_turn("guarded"), text_turn("y")])
+    async with running_kernel(provider, tools=[GUARDED]) as kernel:
+        sub = (await kernel.session("s")).hub.subscribe()
+        await prompt(kernel, "s", "a")
+        await next_of(sub, m.ToolApprovalRequested)
+        await kernel.execute(m.ResolveToolApproval(session_id="s", approved=False, remember=True))
+        await run_events(sub)
+        await prompt(kernel, "s", "b")
+        events = await run_events(sub)
+        assert not any(isinstance(e, m.ToolApprovalRequested) for e in events)
+        result = next(e for e in events if isinstance(e, m.ToolResult))
+        assert result.rejected and "declined" in result.result
