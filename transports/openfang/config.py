@@ -1,0 +1,36 @@
+"""``[transports.openfang]``: the shared server settings with OpenFang's defaults."""
+
+from __future__ import annotations
+
+from transports.shared import ServerConfig
+
+
+class OpenFangConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
+    """Every option is documented with its default in ``docs/openfang.md``."""
+
+    #: OpenFang's port (the seed's clients connect to 50051).
+    port: int = 50051
+    #: Text deltas are buffered this long before a ``text_delta`` frame (0 disables).
+    coalesce_ms: float = 100.0
+    #: ... or until this many characters are buffered (0 disables).
+    coalesce_chars: int = 200
+    #: Frames per socket per minute.  OpenFang allows 10; ours is generous by default.
+    rate_limit_per_minute: int = 120
+    #: Largest WebSocket frame and REST ``message``: OpenFang's 64 KiB.
+    max_message_bytes: int = 65536
+    #: Concurrent WebSockets per client IP (OpenFang: 5).
+    max_connections_per_ip: int = 5
+    #: A socket idle this long gets an error event and is closed (OpenFang: 30 min).
+    idle_timeout_s: float = 1800.0
+    #: Keep-alive comment interval on idle SSE streams.
+    sse_keepalive_s: float = 15.0
+    #: Largest file ``POST /api/agents/{id}/upload`` accepts.
+    max_upload_bytes: int = 10 * 1024 * 1024
+    #: Uploads are kept in memory: at most this many bytes in total (oldest evicted first) ...
+    upload_store_bytes: int = 64 * 1024 * 1024
+    #: ... and at most this long.
+    upload_ttl_s: float = 3600.0
+    #: Context window used for ``context_pressure`` (OpenFang assumes 200k tokens).
+    context_window_tokens: int = 200_000
+    #: How often sockets check whether the agent list changed (``agents_updated``).
+    agents_poll_s: float = 5.0

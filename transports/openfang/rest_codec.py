@@ -1,0 +1,204 @@
+"""Sans-IO shapes of the OpenFang REST API and its SSE stream.
+
+Pure functions from kernel data to the JSON OpenFang clients read: the dashboard
+compares history roles with ``"User"`` exactly, wants an ``active`` flag on sessions
+and ``cmd``/``desc`` on commands (newer builds read ``name``/``description``: both are
+sent); the SDKs read only the ``data:`` lines of the stream.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any
+
+from kernel import model as m
+
+from .codec import INPUT_PREVIEW, RESULT_PREVIEW
+from .wire import AgentEntry
+
+SURFACES = ("web", "cli", "channel", "all")
+
+#: The commands OpenFang's dashboard offers and this transport answers (name, description, category).
+WEB_COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("help", "Show available commands", "general"),
+    ("new", "Reset session (clear history)", "session"),
+    ("reset", "Reset session (clear history)", "session"),
+    ("compact", "Trigger LLM session compaction", "session"),
+    ("model", "Show or switch model (/model [name])", "agent"),
+    ("stop", "Cancel current agent run", "session"),
+    ("usage", "Show session token usage", "info"),
+    ("context", "Show context window usage & pressure", "info"),
+    ("verbose", "Cycle tool detail level (/verbose [off|on|full])", "display"),
+    ("queue", "Check if agent is processing", "info"),
+    ("approve", "Run the tool waiting for approval (/approve [always])", "session"),
+    ("deny", "Decline the tool waiting for approval (/deny [reason])", "session"),
+    ("continue", "Continue past the agent's turn limit", "session"),
+)
+
+
+def iso_time(timestamp: float) -> str:
+    """RFC 3339 in UTC, as OpenFang serialises its ``DateTime<Utc>`` fields."""
+    return _dt.datetime.fromtimestamp(timestamp, _dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def agent_entry(info: m.AgentInfo) -> AgentEntry:
+    return AgentEntry(id=info.id, name=info.name, state="Running", model_provider=info.provider, model_name=info.model)
+
+
+def agent_json(info: m.AgentInfo) -> dict[str, Any]:
+    """``GET /api/agents`` item: OpenFang's keys, plus what the kernel knows."""
+    return {
+        "id": info.id,
+        "name": info.name,
+        "description": info.description,
+        "state": "Running",
+        "model_provider": info.provider,
+        "model_name": info.model,
+        "tools": list(info.tools),
+        "ready": True,
+    }
+
+
+def _tool_cards(message: m.Message, results: dict[str, m.Message]) -> list[dict[str, Any]]:
+    cards = []
+    for call in message.tool_calls:
+        result = results.get(call.id)
+        cards.append(
+            {
+                "id": call.id,
+                "name": call.name,
+                "input": call.arguments[: INPUT_PREVIEW["full"]],
+                "result": (result.content if result else "")[: RESULT_PREVIEW["full"]],
+                "is_error": bool(result and result.content.startswith(("tool error", "tool call rejected"))),
+            }
+        )
+    return cards
+
+
+def history_json(session_id: str, agent_id: str, messages: Sequence[m.Message]) -> dict[str, Any]:
+    """``GET /api/agents/{id}/session``: user/assistant turns with ``User``/``Assistant`` roles."""
+    results = {msg.tool_call_id: msg for msg in messages if msg.role == "tool" and msg.tool_call_id}
+    out: list[dict[str, Any]] = []
+    for msg in messages:
+        if msg.role not in ("user", "assistant"):
+            continue
+        content = msg.content or m.parts_text(msg.parts)
+        entry: dict[str, Any] = {"role": "User" if msg.role == "user" else "Assistant", "content": content}
+        if msg.tool_calls:
+            entry["tools"] = _tool_cards(msg, results)
+        elif not content:
+            continue
+        if msg.created_at:
+            entry["timestamp"] = iso_time(msg.created_at)
+        out.append(entry)
+    return {"session_id": session_id, "agent_id": agent_id, "message_count": len(out), "messages": out}
+
+
+def session_json(info: m.SessionInfo, active_id: str | None) -> dict[str, Any]:
+    return {
+        "session_id": info.session_id,
+        "agent_id": info.agent_id,
+        "message_count": info.message_count,
+        "created_at": iso_time(info.created_at),
+        "label": info.label,
+        "active": info.session_id == active_id,
+    }
+
+
+def sessions_json(infos: Iterable[m.SessionInfo], active_id: str | None) -> dict[str, Any]:
+    ordered = sorted(infos, key=lambda info: info.created_at, reverse=True)
+    return {"sessions": [session_json(info, active_id) for info in ordered]}
+
+
+def commands_json(surface: str, kernel_commands: Collection[m.CommandInfo]) -> dict[str, Any]:
+    """``GET /api/commands?surface=``; raises ValueError for an unknown surface (→ 400)."""
+    if surface not in SURFACES:
+        raise ValueError(f"Unknown surface '{surface}' (expected one of: {', '.join(SURFACES)})")
+    rows: dict[str, dict[str, Any]] = {}
+    for name, description, category in WEB_COMMANDS:
+        rows[name] = _command_row(name, description, category, "builtin")
+    for info in kernel_commands:
+        if info.name not in rows:
+            row = _command_row(info.name, info.description, "gateway", "gateway")
+            row["usage"] = info.usage
+            rows[info.name] = row
+    return {"surface": surface, "commands": list(rows.values()), "total": len(rows)}
+
+
+def _command_row(name: str, description: str, category: str, source: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "aliases": [],
+        "description": description,
+        "category": category,
+        "requires_agent": name != "help",
+        "usage": "",
+        "cmd": f"/{name}",
+        "desc": description,
+        "source": source,
+    }
+
+
+class SseEncoder:
+    """Kernel events of one run → OpenFang SSE events as ``(event name, JSON object)``.
+
+    ``chunk`` carries text (already coalesced by the caller), ``tool_use`` /
+    ``tool_result`` the tool calls, ``phase`` the phases, and ``done`` (always last)
+    the usage.  A failed run sends ``error`` then ``done``.
+    """
+
+    def __init__(self) -> None:
+        self.finished = False
+        self._inputs: dict[str, str] = {}
+
+    def feed(self, event: m.Event) -> list[tuple[str, dict[str, Any]]]:
+        match event:
+            case m.RunStarted():
+                return [("phase", {"phase": "streaming", "detail": None})]
+            case m.TurnStarted(iteration=iteration) if iteration > 0:
+                return [("phase", {"phase": "thinking", "detail": None})]
+            case m.TextDelta(text=text):
+                return [("chunk", {"content": text, "done": False})]
+            case m.ToolCallStarted(call_id=call_id, name=name, arguments=arguments):
+                self._inputs[call_id] = arguments[: INPUT_PREVIEW["full"]]
+                return [
+                    ("tool_use", {"tool": name, "id": call_id}),
+                    ("phase", {"phase": "tool_use", "detail": name}),
+                ]
+            case m.ToolResult(call_id=call_id, name=name, result=result, is_error=is_error):
+                return [("tool_result", {"tool": name, "id": call_id, "input": self._inputs.pop(call_id, ""), "result": result[: RESULT_PREVIEW["full"]], "is_error": is_error})]
+            case m.RunFinished(usage=usage, interrupted=interrupted):
+                self.finished = True
+                done: dict[str, Any] = {"done": True, "usage": _usage(usage)}
+                if interrupted:
+                    done["interrupted"] = True
+                return [("phase", {"phase": "done", "detail": None}), ("done", done)]
+            case m.RunFailed(error=error, usage=usage):
+                self.finished = True
+                return [("error", {"error": error.message}), ("done", {"done": True, "usage": _usage(usage)})]
+        return []
+
+
+def _usage(usage: m.Usage) -> dict[str, int]:
+    return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+
+
+HTTP_STATUS: dict[str, int] = {
+    "parse_error": 400,
+    "invalid_request": 400,
+    "not_found": 404,
+    "busy": 409,
+    "unauthorized": 401,
+    "rate_limited": 429,
+    "too_large": 413,
+    "provider_error": 502,
+    "tool_error": 500,
+    "timeout": 504,
+    "internal": 500,
+}
+
+
+def http_status(code: str) -> int:
+    """The HTTP status for a kernel error code."""
+    return HTTP_STATUS.get(code, 500)

@@ -1,0 +1,185 @@
+"""What the OpenFang transport remembers between requests.
+
+* :class:`Agents`: agents by their stable UUID, with OpenFang's 400/404 answers.
+* :class:`ActiveSessions`: OpenFang's REST model — each agent has one *active*
+  session that ``/session``, ``/sessions``, ``/switch``, ``/stop`` and sockets use
+  (unless a frame names a ``session_id``).  Restored from the store on first use.
+* :class:`UploadStore`: attachments in memory, bounded by total size and age.
+* :class:`EventFeed`: a kernel subscription that resumes itself after a lag and
+  can wait with a deadline (for text coalescing).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+
+import anyio
+
+from kernel import Kernel, Subscription
+from kernel import model as m
+from kernel.settings import AgentSettings
+from transports.shared import HttpError
+
+from .codec import Upload
+
+
+class Agents:
+    """Configured agents, addressed by id the way OpenFang addresses them."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+
+    def resolve(self, raw_id: str) -> AgentSettings:
+        """The agent for a path id: 400 ``Invalid agent ID`` unless a UUID, 404 if unknown."""
+        for agent in self.kernel.settings.agents:
+            if agent.agent_id() == raw_id:
+                return agent
+        try:
+            wanted = str(uuid.UUID(raw_id))
+        except ValueError:
+            raise HttpError(400, "Invalid agent ID", code="invalid_request") from None
+        for agent in self.kernel.settings.agents:
+            if agent.agent_id().lower() == wanted:
+                return agent
+        raise HttpError(404, "Agent not found", code="not_found")
+
+    def infos(self) -> list[m.AgentInfo]:
+        return [self.kernel.agent_info(agent) for agent in self.kernel.settings.agents]
+
+
+class ActiveSessions:
+    """The active session of each agent (OpenFang keeps one per agent)."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        self._active: dict[str, str] = {}
+        self._lock = anyio.Lock()
+
+    def peek(self, agent_id: str) -> str | None:
+        return self._active.get(agent_id)
+
+    async def get(self, agent_id: str) -> str:
+        """The agent's active session id: the newest stored one, or a new one."""
+        current = self._active.get(agent_id)
+        if current is not None:
+            return current
+        async with self._lock:
+            current = self._active.get(agent_id)
+            if current is None:
+                listing = await self.kernel.execute(m.ListSessions(agent_id=agent_id))
+                assert isinstance(listing, m.SessionList)
+                if listing.sessions:
+                    current = max(listing.sessions, key=lambda s: s.created_at).session_id
+                else:
+                    current = await self.create(agent_id)
+                self._active[agent_id] = current
+            return current
+
+    async def create(self, agent_id: str, label: str | None = None) -> str:
+        """A new session for the agent, which becomes its active one."""
+        opened = await self.kernel.execute(m.OpenSession(session_id=uuid.uuid4().hex, agent_id=agent_id, label=label))
+        assert isinstance(opened, m.SessionOpened)
+        self._active[agent_id] = opened.session.session_id
+        return opened.session.session_id
+
+    def switch(self, agent_id: str, session_id: str) -> None:
+        self._active[agent_id] = session_id
+
+    def live_sessions(self, agent_id: str) -> list[str]:
+        """Ids of the agent's sessions that are loaded in the kernel right now."""
+        return [sid for sid, s in self.kernel.sessions.items() if s.agent.agent_id() == agent_id]
+
+
+class UploadStore:
+    """Uploaded files in memory: oldest evicted beyond ``max_bytes``, expired after ``ttl_s``."""
+
+    def __init__(self, *, max_bytes: int, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_bytes = max_bytes
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._items: OrderedDict[str, tuple[float, Upload]] = OrderedDict()
+        self._size = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, upload: Upload) -> str:
+        self._expire()
+        file_id = str(uuid.uuid4())
+        self._items[file_id] = (self._clock(), upload)
+        self._size += len(upload.data)
+        while self._size > self.max_bytes and len(self._items) > 1:
+            _, (_, old) = self._items.popitem(last=False)
+            self._size -= len(old.data)
+        return file_id
+
+    def get(self, file_id: str) -> Upload | None:
+        self._expire()
+        item = self._items.get(file_id)
+        return item[1] if item else None
+
+    def snapshot(self) -> dict[str, Upload]:
+        """A plain mapping for the (pure) codec."""
+        self._expire()
+        return {key: upload for key, (_, upload) in self._items.items()}
+
+    def _expire(self) -> None:
+        horizon = self._clock() - self.ttl_s
+        while self._items:
+            key, (stamp, upload) = next(iter(self._items.items()))
+            if stamp > horizon:
+                break
+            del self._items[key]
+            self._size -= len(upload.data)
+
+
+class EventFeed:
+    """A session's events in batches; survives ``subscriber_lagged`` by resubscribing."""
+
+    def __init__(self, kernel: Kernel, session_id: str, subscription: Subscription) -> None:
+        self.kernel = kernel
+        self.session_id = session_id
+        self._sub = subscription
+        self.closed = False
+
+    @classmethod
+    async def open(cls, kernel: Kernel, session_id: str) -> EventFeed:
+        return cls(kernel, session_id, await kernel.subscribe(session_id))
+
+    async def next_batch(self, deadline: float | None = None) -> list[m.Event]:
+        """Events ready now or the next one, waiting until ``deadline`` at most.
+
+        Returns ``[]`` on timeout or once the feed ended (then :attr:`closed` is set).
+        """
+        while not self.closed:
+            with anyio.CancelScope(deadline=math.inf if deadline is None else deadline):
+                try:
+                    first = await self._sub.__anext__()
+                except StopAsyncIteration:
+                    self.closed = True
+                    return []
+                batch = [first, *self._sub.receive_nowait()]
+                lagged = [e for e in batch if isinstance(e, m.SubscriberLagged)]
+                if lagged:
+                    await self._resubscribe(lagged[-1].last_seq)
+                    batch = [e for e in batch if not isinstance(e, m.SubscriberLagged)]
+                if batch:
+                    return batch
+                continue
+            return []  # deadline reached
+        return []
+
+    async def _resubscribe(self, after_seq: int) -> None:
+        self._sub.close()
+        try:
+            self._sub = await self.kernel.subscribe(self.session_id, after_seq=after_seq)
+        except m.KernelError:
+            self.closed = True
+
+    def close(self) -> None:
+        self.closed = True
+        self._sub.close()
