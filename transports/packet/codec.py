@@ -1,0 +1,315 @@
+"""Sans-IO codec of the Packet dialect (an in-process queue API for sync Python apps).
+
+Packet type + body in -> a kernel command (or an error answer); kernel replies and
+run events in -> the uniform answer ``{"success": true, "data": {...}}`` /
+``{"success": false, "error": "..."}``. Pure: no threads, no event loop, no kernel
+calls, so the whole dialect is testable on plain data. Packet types are matched by
+their *value*, so a program with its own ``PacketType``/``Packet`` classes works.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Literal
+
+import msgspec
+
+from kernel import model as m
+
+HISTORY_LIMIT = 500
+TIMEOUT = "timeout"
+SHUT_DOWN = "the backend is shut down"
+LIMIT_KEYS = (
+    "persona_query_max",
+    "persona_update_max",
+    "task_query_max",
+    "task_update_max",
+    "memory_query_max",
+    "memory_update_max",
+)
+ECHO_NOTICE = (
+    "no API key configured: answering with the offline echo model (it repeats your message; "
+    "no LLM is called). Set an API key with start(api_key=...) or set_settings."
+)
+
+
+class PacketType(Enum):
+    PROCESS_MESSAGE = "process_message"
+    EXECUTE_TOOL = "execute_tool"
+    GET_STATUS = "get_status"
+    GET_SETTINGS = "get_settings"
+    SET_SETTINGS = "set_settings"
+    GET_HISTORY = "get_history"
+    SAVE_HISTORY = "save_history"
+    SHUTDOWN = "shutdown"
+
+
+KINDS = frozenset(t.value for t in PacketType)
+
+
+@dataclass
+class Packet:
+    """A request (or, from ``send``, its answer: same id and type, the answer as ``body``)."""
+
+    id: str
+    type: Any
+    body: dict[str, Any] = field(default_factory=dict)
+    response_queue: queue.Queue[Any] | None = None
+    created_at: float = field(default_factory=time.time)
+
+
+@dataclass
+class PacketResponse:
+    id: str
+    success: bool
+    data: Any = None
+    error: str | None = None
+
+    @classmethod
+    def from_answer(cls, packet_id: str, answer: dict[str, Any]) -> PacketResponse:
+        return cls(id=packet_id, success=bool(answer.get("success")), data=answer.get("data"), error=answer.get("error"))
+
+
+class Answer(dict):  # type: ignore[type-arg]
+    """The uniform answer. A missing key is looked up in ``data``, so code written as
+    ``result["content"]`` (as in the document's basic example) works as well as
+    ``result["data"]["content"]``; the dict itself (and its JSON) keeps the uniform form."""
+
+    def __missing__(self, key: str) -> Any:
+        data = dict.get(self, "data")
+        if isinstance(data, dict) and key in data:
+            return data[key]
+        raise KeyError(key)
+
+
+def ok(data: dict[str, Any]) -> Answer:
+    return Answer(success=True, data=data)
+
+
+def fail(error: str) -> Answer:
+    return Answer(success=False, error=error)
+
+
+def packet_kind(packet_type: Any) -> str | None:
+    """The type's value (``PacketType.GET_STATUS`` of any enum class, or a plain string)."""
+    value = getattr(packet_type, "value", packet_type)
+    return value if isinstance(value, str) and value in KINDS else None
+
+
+# ---------------------------------------------------------------- request bodies
+
+
+class _Body(msgspec.Struct, kw_only=True):
+    pass
+
+
+class ProcessMessageBody(_Body):
+    user_input: str
+
+
+class ExecuteToolBody(_Body):
+    tool_name: str
+    arguments: dict[str, Any] | None = None
+
+
+class SetSettingsBody(_Body):
+    api_config: dict[str, Any] | None = None
+    tool_limits: dict[str, Any] | None = None
+
+
+class HistoryEntry(_Body):
+    role: Literal["user", "assistant", "system"]
+    content: str
+
+
+class SaveHistoryBody(_Body):
+    messages: list[HistoryEntry]
+
+
+class Shutdown(msgspec.Struct, frozen=True):
+    """Not a kernel command: the server (which owns the thread) handles it."""
+
+
+Request = m.Prompt | m.ExecuteTool | m.GetStatus | m.GetSettings | m.UpdateSettings | m.GetHistory | m.SaveHistory | Shutdown
+
+
+def decode(packet_type: Any, body: Any, *, session_id: str, request_id: str) -> Request | Answer:
+    """A packet as a kernel command, or an error answer naming the problem. Never raises."""
+    kind = packet_kind(packet_type)
+    if kind is None:
+        return fail(f"unknown packet type {getattr(packet_type, 'value', packet_type)!r}; expected one of: {', '.join(sorted(KINDS))}")
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        return fail(f"invalid {kind} body: expected an object, got {type(body).__name__}")
+    ids = {"session_id": session_id, "request_id": request_id}
+    try:
+        if kind == "process_message":
+            text = msgspec.convert(body, ProcessMessageBody).user_input
+            if not text.strip():
+                return fail("invalid process_message body: 'user_input' must not be empty")
+            return m.Prompt(text=text, **ids)
+        if kind == "execute_tool":
+            call = msgspec.convert(body, ExecuteToolBody)
+            return m.ExecuteTool(name=call.tool_name, arguments=call.arguments or {}, **ids)
+        if kind == "set_settings":
+            changes = settings_changes(msgspec.convert(body, SetSettingsBody))
+            return changes if isinstance(changes, Answer) else m.UpdateSettings(changes=changes, **ids)
+        if kind == "save_history":
+            entries = msgspec.convert(body, SaveHistoryBody).messages
+            messages = tuple(m.Message(role=e.role, content=e.content) for e in entries)
+            return m.SaveHistory(messages=messages, **ids)
+    except msgspec.ValidationError as exc:
+        return fail(f"invalid {kind} body: {exc}")
+    if kind == "get_status":
+        return m.GetStatus(**ids)
+    if kind == "get_settings":
+        return m.GetSettings(**ids)
+    if kind == "get_history":
+        return m.GetHistory(limit=HISTORY_LIMIT, **ids)
+    return Shutdown()
+
+
+def settings_changes(body: SetSettingsBody) -> dict[str, Any] | Answer:
+    """``api_config`` / ``tool_limits`` (both partial) as a kernel settings change."""
+    changes: dict[str, Any] = {}
+    openai: dict[str, Any] = {}
+    for key, value in (body.api_config or {}).items():
+        if key not in ("api_key", "base_url", "model"):
+            return fail(f"unknown api_config field {key!r}; expected api_key, base_url, model")
+        if value is not None and not isinstance(value, str):
+            return fail(f"api_config.{key} must be a string")
+        if key == "api_key" and value and "\u2026" in value:
+            continue  # a masked key read back from get_settings: keep the real one
+        if key == "model" and not value:
+            return fail("api_config.model must not be empty")
+        openai[key] = value or None
+    if openai:
+        changes["provider"] = {"openai": openai}
+    limits: dict[str, int] = {}
+    for key, value in (body.tool_limits or {}).items():
+        if not (isinstance(key, str) and (key.endswith("_query_max") or key.endswith("_update_max"))):
+            return fail(f"unknown tool limit {key!r}; expected <category>_query_max or <category>_update_max, e.g. {', '.join(LIMIT_KEYS)}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return fail(f"tool_limits.{key} must be an integer >= 1 (got {value!r})")
+        limits[key] = value
+    if limits:
+        changes["tools"] = {"limits": limits}
+    return changes
+
+
+# ---------------------------------------------------------------- answers
+
+
+def error_answer(exc: m.KernelError) -> Answer:
+    return fail(exc.message)
+
+
+def reply_answer(kind: str, reply: m.Reply) -> Answer:
+    """The answer to a non-run, non-status request of type ``kind``."""
+    if isinstance(reply, m.ErrorReply):
+        return fail(reply.error.message)
+    if isinstance(reply, m.ToolOutput):
+        return fail(reply.result) if reply.is_error else ok({"success": True, "result": reply.result})
+    if kind == "set_settings" and isinstance(reply, m.SettingsView):
+        return ok({"status": "settings_updated"})
+    if isinstance(reply, m.SettingsView):
+        return ok(settings_data(reply.settings))
+    if isinstance(reply, m.HistoryView):
+        return ok({"history": history_data(reply.messages)})
+    if kind == "save_history" and isinstance(reply, m.Done):
+        return ok({"status": "history_saved"})
+    return fail(f"unexpected kernel reply {type(reply).__name__}")
+
+
+def settings_data(view: dict[str, Any]) -> dict[str, Any]:
+    """The document's settings shape from the kernel's (already masked) settings view."""
+    openai = view.get("provider", {}).get("openai", {})
+    return {
+        "api_config": {"api_key": openai.get("api_key"), "base_url": openai.get("base_url"), "model": openai.get("model")},
+        "tool_limits": dict(view.get("tools", {}).get("limits", {})),
+    }
+
+
+def history_data(messages: tuple[m.Message, ...] | list[m.Message]) -> list[dict[str, str]]:
+    """Chat records for display: user/assistant/system text, oldest first (no tool plumbing)."""
+    out = []
+    for message in messages[-HISTORY_LIMIT:]:
+        if message.role == "tool":
+            continue
+        content = message.content or m.parts_text(message.parts)
+        if content:
+            out.append({"role": message.role, "content": content})
+    return out
+
+
+def status_data(report: m.StatusReport, view: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+    openai = view.get("provider", {}).get("openai", {})
+    echo = report.provider == "echo"
+    config = {
+        "provider": report.provider,
+        "model": report.model,
+        "base_url": openai.get("base_url"),
+        "api_key": openai.get("api_key"),
+        "version": report.version,
+        "uptime_s": report.uptime_s,
+        "active_runs": report.active_runs,
+        "tool_limits": dict(view.get("tools", {}).get("limits", {})),
+        **facts,
+    }
+    if echo:
+        config["notice"] = ECHO_NOTICE
+    return {"running": True, "config": config, "graph_initialized": True, "client_initialized": not echo}
+
+
+class RunCollector:
+    """Folds one run's events (those with our ``request_id``) into the process_message answer."""
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        self.run_id: str | None = None
+        self._calls: dict[str, dict[str, Any]] = {}
+        self.finished = False
+
+    def feed(self, event: m.Event) -> Answer | None:
+        """The final answer once the run ended, else None."""
+        if getattr(event, "request_id", None) != self.request_id or isinstance(event, m.ContextCleared):
+            return None
+        if isinstance(event, m.RunStarted):
+            self.run_id = event.run_id
+        elif isinstance(event, m.ToolCallStarted):
+            self._calls[event.call_id] = {"name": event.name, "arguments": _arguments(event.arguments), "result": None}
+        elif isinstance(event, m.ToolResult):
+            call = self._calls.get(event.call_id)
+            if event.rejected:
+                self._calls.pop(event.call_id, None)
+            elif call is not None:
+                call["result"] = event.result
+        elif isinstance(event, m.RunFinished):
+            self.finished = True
+            if event.interrupted:
+                return fail("interrupted before the answer was complete")
+            return ok(
+                {
+                    "success": True,
+                    "content": event.text,
+                    "tool_calls": list(self._calls.values()),
+                    "rejected_tools": [[name, reason] for name, reason in event.rejected_tools],
+                }
+            )
+        elif isinstance(event, m.RunFailed):
+            self.finished = True
+            return fail(event.error.message)
+        return None
+
+
+def _arguments(text: str) -> Any:
+    """The model's JSON arguments as a dict; text that is not a JSON object stays text."""
+    try:
+        value = msgspec.json.decode(text or "{}")
+    except msgspec.DecodeError:
+        return text
+    return value if isinstance(value, dict) else text
