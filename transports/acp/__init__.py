@@ -1,0 +1,7 @@
+"""Agent Client Protocol dialect: the gateway as an editor's agent (JSON-RPC 2.0 over stdio)."""
+
+from .codec import JsonRpcCodec
+from .files import EditorFiles
+from .server import AcpConfig, AcpTransport
+
+__all__ = ["AcpConfig", "AcpTransport", "EditorFiles", "JsonRpcCodec"]

@@ -1,0 +1,89 @@
+"""File access through the editor: the kernel's file tools read and write its buffers.
+
+When the editor advertises ``fs.readTextFile`` / ``fs.writeTextFile``, the ACP
+transport sets the kernel session's ``files`` to an :class:`EditorFiles`. Tools
+then see what the user sees, unsaved changes included, and writes land in the
+editor (which can show and undo them). Paths are made absolute against the
+session's working directory and may not leave it, the same confinement the
+on-disk workspace gives. An operation the editor did not advertise goes to the
+fallback (the kernel's workspace on disk).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol
+
+import msgspec
+
+from kernel.tools import FileAccess, ToolFailure
+
+from .codec import EditorError
+
+
+class Requester(Protocol):
+    """Sends a request to the editor and waits for its result (the ACP connection)."""
+
+    async def request(self, method: str, params: Any, *, timeout_s: float) -> Any: ...
+
+
+class _ReadResult(msgspec.Struct):
+    content: str
+
+
+class EditorFiles:
+    def __init__(
+        self,
+        requester: Requester,
+        session_id: str,
+        cwd: str,
+        *,
+        can_read: bool,
+        can_write: bool,
+        fallback: FileAccess,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.requester = requester
+        self.session_id = session_id
+        self.cwd = os.path.normpath(cwd)
+        self.can_read = can_read
+        self.can_write = can_write
+        self.fallback = fallback
+        self.timeout_s = timeout_s
+
+    def absolute(self, path: str) -> str:
+        """The absolute path the editor understands; it must stay inside the session's cwd."""
+        if not path:
+            raise ToolFailure("a path is required")
+        target = os.path.normpath(path if os.path.isabs(path) else os.path.join(self.cwd, path))
+        if target != self.cwd and not target.startswith(self.cwd.rstrip(os.sep) + os.sep):
+            raise ToolFailure(f"path {path!r} is outside the project directory {self.cwd}")
+        return target
+
+    async def read_text(self, path: str, *, line: int | None = None, limit: int | None = None) -> str:
+        if not self.can_read:
+            return await self.fallback.read_text(path, line=line, limit=limit)
+        params: dict[str, Any] = {"sessionId": self.session_id, "path": self.absolute(path)}
+        if line is not None:
+            params["line"] = line
+        if limit is not None:
+            params["limit"] = limit
+        result = await self._call("fs/read_text_file", params)
+        try:
+            return msgspec.convert(result, _ReadResult).content
+        except msgspec.ValidationError:
+            raise ToolFailure(f"the editor's answer to reading {path} has no text content") from None
+
+    async def write_text(self, path: str, content: str) -> None:
+        if not self.can_write:
+            await self.fallback.write_text(path, content)
+            return
+        await self._call("fs/write_text_file", {"sessionId": self.session_id, "path": self.absolute(path), "content": content})
+
+    async def _call(self, method: str, params: dict[str, Any]) -> Any:
+        try:
+            return await self.requester.request(method, params, timeout_s=self.timeout_s)
+        except TimeoutError:
+            raise ToolFailure(f"the editor did not answer {method} within {self.timeout_s:g}s") from None
+        except EditorError as exc:
+            raise ToolFailure(f"the editor could not carry out {method} for {params['path']}: {exc.error.message}") from None
