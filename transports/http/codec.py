@@ -1,0 +1,338 @@
+"""Sans-IO codec of the native HTTP dialect: request bodies in, kernel commands out;
+kernel events and replies in, JSON bodies and SSE frames out.
+
+The native dialect puts :mod:`kernel.model` on the wire as it is: every success body
+is a kernel reply as msgspec encodes it (with its ``type`` tag), every SSE event is a
+kernel event (``id:`` its seq, ``event:`` its type tag, ``data:`` its JSON). Errors are
+``{"error": {"code", "message", "details"?}}`` with an HTTP status derived from the
+kernel's stable error code. Nothing here raises on bad input: decoders return an
+:class:`ApiError` instead, so handlers stay a straight line.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, TypeVar
+
+import msgspec
+
+from kernel import model as m
+from kernel.settings import SECRET_KEYS
+from transports.shared import HttpError, format_sse
+
+T = TypeVar("T")
+
+_encode = msgspec.json.encode
+
+#: HTTP status for each kernel error code (and the few router-level codes).
+STATUS_BY_CODE: dict[str, int] = {
+    "parse_error": 400,
+    "invalid_request": 400,
+    "unauthorized": 401,
+    "forbidden": 403,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "busy": 409,
+    "too_large": 413,
+    "rate_limited": 429,
+    "internal": 500,
+    "tool_error": 500,
+    "provider_error": 502,
+    "timeout": 504,
+}
+
+_CODE_BY_STATUS: dict[int, str] = {
+    400: "invalid_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "busy",
+    413: "too_large",
+    429: "rate_limited",
+    502: "provider_error",
+    504: "timeout",
+}
+
+SESSION_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+class ApiError(msgspec.Struct, frozen=True, kw_only=True):
+    """A native error: status plus the body's code, message and optional details."""
+
+    status: int
+    code: str
+    message: str
+    details: dict[str, Any] | None = None
+    headers: dict[str, str] = {}
+
+    def body(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details:
+            error["details"] = self.details
+        return {"error": error}
+
+    def http_error(self) -> HttpError:
+        return HttpError(self.status, self.message, code=self.code, headers=self.headers)
+
+
+def status_for(code: str) -> int:
+    return STATUS_BY_CODE.get(code, 500)
+
+
+def kernel_error(exc: m.KernelError) -> ApiError:
+    return ApiError(status=status_for(exc.code), code=exc.code, message=exc.message, details=exc.details)
+
+
+def run_failure(error: m.ErrorInfo) -> ApiError:
+    """A failed run as an HTTP error. An upstream ``unauthorized`` means the gateway's
+    own provider key was refused, which is not the client's fault: 502, not 401."""
+    status = 502 if error.code == "unauthorized" else status_for(error.code)
+    headers: dict[str, str] = {}
+    retry = (error.details or {}).get("retry_after_s")
+    if status == 429 and isinstance(retry, (int, float)) and retry >= 0:
+        headers["retry-after"] = str(max(1, round(retry)))
+    return ApiError(status=status, code=error.code, message=error.message, details=error.details, headers=headers)
+
+
+def native_error_body(error: HttpError) -> Any:
+    """Router error shaper: ``{"error": {"code", "message"}}``."""
+    code = error.code or _CODE_BY_STATUS.get(error.status, "internal")
+    return {"error": {"code": code, "message": error.message}}
+
+
+# ---------------------------------------------------------------- request bodies
+
+
+class SessionCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    agent: str | None = None
+    label: str | None = None
+    session_id: str | None = None
+
+
+class PromptBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    text: str | None = None
+    parts: list[m.ContentPart] = []
+    options: m.PromptOptions = m.PromptOptions()
+    request_id: str | None = None
+
+
+class RegenerateBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    options: m.PromptOptions = m.PromptOptions()
+    request_id: str | None = None
+
+
+class ApprovalBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    approved: bool
+    call_id: str | None = None
+    reason: str | None = None
+    remember: bool = False
+
+
+class TurnLimitBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    confirmed: bool
+    reason: str | None = None
+
+
+class CommandBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Either ``{"command": "/model gpt-4o"}`` or ``{"name": "model", "args": "gpt-4o"}``."""
+
+    command: str | None = None
+    name: str | None = None
+    args: str = ""
+
+
+class ToolBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    arguments: dict[str, Any] = {}
+    session_id: str | None = None
+
+
+def decode(raw: bytes, type: type[T], *, empty_ok: bool = False) -> T | ApiError:
+    """Decode a JSON body into ``type``; an :class:`ApiError` (400) names the problem."""
+    if not raw.strip():
+        if not empty_ok:
+            return ApiError(status=400, code="invalid_request", message="Request body is empty; expected JSON")
+        raw = b"{}"
+    try:
+        return msgspec.json.decode(raw, type=type)
+    except msgspec.ValidationError as exc:
+        return ApiError(status=400, code="invalid_request", message=f"Invalid request body: {exc}")
+    except msgspec.DecodeError as exc:
+        return ApiError(status=400, code="parse_error", message=f"Malformed JSON in request body: {exc}")
+
+
+def check_session_id(session_id: str | None) -> ApiError | None:
+    if session_id is not None and not SESSION_ID.match(session_id):
+        return ApiError(
+            status=400, code="invalid_request",
+            message="session_id must be 1-128 characters of letters, digits and . _ : -",
+        )
+    return None
+
+
+def open_session_command(body: SessionCreate) -> m.OpenSession | ApiError:
+    problem = check_session_id(body.session_id)
+    if problem is not None:
+        return problem
+    return m.OpenSession(session_id=body.session_id, agent_id=body.agent, label=body.label)
+
+
+def prompt_command(session_id: str, body: PromptBody, request_id: str | None = None) -> m.Prompt | ApiError:
+    if (body.text is None or not body.text.strip()) and not body.parts:
+        return ApiError(status=400, code="invalid_request", message="A prompt needs 'text' or 'parts'")
+    return m.Prompt(
+        session_id=session_id,
+        request_id=body.request_id or request_id,
+        text=body.text,
+        parts=tuple(body.parts),
+        options=body.options,
+    )
+
+
+def command_command(session_id: str, body: CommandBody) -> m.RunCommand | ApiError:
+    if body.command is not None:
+        if body.name is not None:
+            return ApiError(status=400, code="invalid_request", message="Give either 'command' or 'name', not both")
+        name, _, args = body.command.strip().lstrip("/").partition(" ")
+        args = args.strip()
+    else:
+        name, args = (body.name or "").strip().lstrip("/"), body.args
+    if not name:
+        return ApiError(status=400, code="invalid_request", message="A command needs 'command' (e.g. \"/help\") or 'name'")
+    return m.RunCommand(session_id=session_id, name=name, args=args)
+
+
+def parse_int(value: str | None, what: str, *, minimum: int = 0) -> int | None | ApiError:
+    if value is None or value == "":
+        return None
+    text = value.strip()
+    if not text.isdigit() or int(text) < minimum:
+        return ApiError(status=400, code="invalid_request", message=f"{what} must be an integer >= {minimum}")
+    return int(text)
+
+
+def resume_after(last_event_id: str | None, after: str | None) -> int | None | ApiError:
+    """Where an event stream resumes: ``Last-Event-ID`` (set by EventSource on
+    reconnect) wins over ``?after=``; None means "from now on"."""
+    if last_event_id is not None and last_event_id.strip():
+        return parse_int(last_event_id, "Last-Event-ID")
+    return parse_int(after, "after")
+
+
+_MASK = "…"
+
+
+def drop_masked_secrets(changes: Any) -> Any:
+    """A settings patch without secret values that are masks (``sk-…abcd``).
+
+    A client that GETs the settings, edits one field and PATCHes the whole document
+    back must not overwrite the real API key with its mask.
+    """
+    if isinstance(changes, dict):
+        return {
+            k: drop_masked_secrets(v)
+            for k, v in changes.items()
+            if not (k in SECRET_KEYS and isinstance(v, str) and _MASK in v)
+        }
+    if isinstance(changes, list):
+        return [drop_masked_secrets(v) for v in changes]
+    return changes
+
+
+def wants_json(accept: str | None) -> bool:
+    """``Accept: application/json`` (and not ``text/event-stream``) asks for one answer."""
+    if not accept:
+        return False
+    kinds = [part.split(";")[0].strip().lower() for part in accept.split(",")]
+    return "application/json" in kinds and "text/event-stream" not in kinds
+
+
+# ---------------------------------------------------------------- events out
+
+
+def event_tag(event: m.Event) -> str:
+    return type(event).__struct_config__.tag  # type: ignore[return-value]
+
+
+def event_frame(event: m.Event) -> bytes:
+    """One SSE frame. A ``subscriber_lagged`` event carries its resume point as id."""
+    ident = event.last_seq if isinstance(event, m.SubscriberLagged) else event.seq
+    return format_sse(_encode(event), event=event_tag(event), id=str(ident))
+
+
+def encode(obj: Any) -> bytes:
+    return _encode(obj)
+
+
+class ToolCallRecord(msgspec.Struct, kw_only=True):
+    call_id: str
+    name: str
+    arguments: str
+    result: str | None = None
+    is_error: bool = False
+    rejected: bool = False
+
+
+class RunResult(msgspec.Struct, kw_only=True, tag="run_result", tag_field="type"):
+    """The one JSON answer of a prompt sent with ``Accept: application/json``."""
+
+    session_id: str
+    run_id: str
+    request_id: str | None
+    text: str
+    reasoning: str
+    usage: m.Usage
+    stop_reason: str
+    interrupted: bool
+    iterations: int
+    tool_calls: list[ToolCallRecord]
+
+
+class RunCollector:
+    """Folds one run's events into its final :class:`RunResult` (or error)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.calls: dict[str, ToolCallRecord] = {}
+        self.reasoning: list[str] = []
+        self.end: m.RunFinished | m.RunFailed | None = None
+
+    def feed(self, event: m.Event) -> bool:
+        """Take one event; True once the run ended. Other runs' events are ignored."""
+        if self.end is not None or getattr(event, "run_id", None) != self.run_id:
+            return self.end is not None
+        if isinstance(event, m.ToolCallStarted):
+            self.calls[event.call_id] = ToolCallRecord(call_id=event.call_id, name=event.name, arguments=event.arguments)
+        elif isinstance(event, m.ToolResult):
+            record = self.calls.setdefault(
+                event.call_id, ToolCallRecord(call_id=event.call_id, name=event.name, arguments="")
+            )
+            record.result, record.is_error, record.rejected = event.result, event.is_error, event.rejected
+        elif isinstance(event, m.ReasoningDelta):
+            self.reasoning.append(event.text)
+        elif isinstance(event, (m.RunFinished, m.RunFailed)):
+            self.end = event
+            return True
+        return False
+
+    def outcome(self) -> RunResult | ApiError:
+        end = self.end
+        if end is None:
+            return ApiError(status=404, code="not_found", message="The session was closed before the run ended")
+        if isinstance(end, m.RunFailed):
+            failure = run_failure(end.error)
+            details = dict(failure.details or {})
+            details.update(run_id=end.run_id, text=end.text)
+            return msgspec.structs.replace(failure, details=details)
+        return RunResult(
+            session_id=end.session_id,
+            run_id=end.run_id,
+            request_id=end.request_id,
+            text=end.text,
+            reasoning="".join(self.reasoning),
+            usage=end.usage,
+            stop_reason=end.stop_reason,
+            interrupted=end.interrupted,
+            iterations=end.iterations,
+            tool_calls=list(self.calls.values()),
+        )

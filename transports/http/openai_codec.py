@@ -1,0 +1,537 @@
+"""Sans-IO codec of the OpenAI-compatible surface (``/v1/chat/completions``, ``/v1/models``).
+
+In: a chat-completions request body -> a :class:`ChatPlan` (which agent, the prior turns
+as kernel history, the last user message as the prompt, per-request options, the
+client's own tools). Out: kernel run events -> ``chat.completion.chunk`` SSE frames or
+one ``chat.completion`` body, in exactly OpenAI's shapes, and every error in OpenAI's
+``{"error": {"message", "type", "param", "code"}}`` shape. Pure; never raises on input.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Sequence
+from typing import Any, Literal
+from urllib.parse import unquote_to_bytes
+
+import msgspec
+
+from kernel import model as m
+from kernel.provider import ToolSpec
+from transports.shared import HttpError, format_sse
+
+_encode = msgspec.json.encode
+_MSGSPEC_PATH = re.compile(r" - at `\$\.?(.*)`$")
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+DONE_FRAME = b"data: [DONE]\n\n"
+
+# ---------------------------------------------------------------- errors
+
+
+class OpenAIError(msgspec.Struct, frozen=True, kw_only=True):
+    status: int
+    message: str
+    type: str = "invalid_request_error"
+    param: str | None = None
+    code: str | None = None
+    headers: dict[str, str] = {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> OpenAIError:
+    return OpenAIError(status=400, message=message, param=param, code=code)
+
+
+_HTTP_SHAPES: dict[int, tuple[str, str | None]] = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", "forbidden"),
+    404: ("invalid_request_error", None),
+    405: ("invalid_request_error", None),
+    409: ("invalid_request_error", "conflict"),
+    413: ("invalid_request_error", "request_too_large"),
+    429: ("rate_limit_error", "rate_limit_exceeded"),
+}
+
+
+def from_http(error: HttpError) -> OpenAIError:
+    kind, code = _HTTP_SHAPES.get(error.status, ("server_error", None))
+    return OpenAIError(status=error.status, message=error.message, type=kind, code=code, headers=error.headers)
+
+
+def openai_error_body(error: HttpError) -> Any:
+    """Router error shaper for the OpenAI routes (401, 404, 405, 413 before a handler runs)."""
+    return from_http(error).body()
+
+
+_RUN_ERRORS: dict[str, tuple[int, str, str | None]] = {
+    "parse_error": (400, "invalid_request_error", None),
+    "invalid_request": (400, "invalid_request_error", None),
+    "too_large": (400, "invalid_request_error", "context_length_exceeded"),
+    "not_found": (404, "invalid_request_error", "model_not_found"),
+    "busy": (409, "invalid_request_error", "conflict"),
+    "rate_limited": (429, "rate_limit_error", "rate_limit_exceeded"),
+    "unauthorized": (502, "server_error", "upstream_unauthorized"),
+    "provider_error": (502, "server_error", "upstream_error"),
+    "timeout": (504, "server_error", "timeout"),
+}
+
+
+def from_error_info(error: m.ErrorInfo) -> OpenAIError:
+    """A kernel error (a failed run or a refused command) in OpenAI's shape.
+
+    An upstream 401 means the gateway's own provider key failed: 502 for the client.
+    """
+    status, kind, code = _RUN_ERRORS.get(error.code, (500, "server_error", None))
+    headers: dict[str, str] = {}
+    retry = (error.details or {}).get("retry_after_s")
+    if status == 429 and isinstance(retry, (int, float)) and retry >= 0:
+        headers["retry-after"] = str(max(1, round(retry)))
+    return OpenAIError(
+        status=status, message=error.message, type=kind, code=code,
+        param="model" if code == "model_not_found" else None, headers=headers,
+    )
+
+
+# ---------------------------------------------------------------- request shapes
+
+
+class FunctionDef(msgspec.Struct, kw_only=True):
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] | None = None
+
+
+class ToolDef(msgspec.Struct, kw_only=True):
+    type: str
+    function: FunctionDef | None = None
+
+
+class StreamOptions(msgspec.Struct, kw_only=True):
+    include_usage: bool = False
+
+
+class InFunctionCall(msgspec.Struct, kw_only=True):
+    name: str
+    arguments: str = ""
+
+
+class InToolCall(msgspec.Struct, kw_only=True):
+    id: str
+    function: InFunctionCall
+    type: str = "function"
+
+
+class InMessage(msgspec.Struct, kw_only=True):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[InToolCall] | None = None
+    tool_call_id: str | None = None
+
+
+class ChatRequest(msgspec.Struct, kw_only=True):
+    """The fields the gateway honours; other OpenAI fields are accepted and ignored."""
+
+    messages: list[InMessage]
+    model: str = ""
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float | None = None
+    tools: list[ToolDef] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    n: int | None = None
+
+
+def decode_chat_request(raw: bytes) -> ChatRequest | OpenAIError:
+    if not raw.strip():
+        return bad_request("The request body is empty; expected a JSON chat completions request.")
+    try:
+        return msgspec.json.decode(raw, type=ChatRequest)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        found = _MSGSPEC_PATH.search(text)
+        return bad_request(f"Invalid request: {text}", param=found.group(1) if found else None)
+    except msgspec.DecodeError as exc:
+        return bad_request(f"We could not parse the JSON body of your request ({exc}).")
+
+
+class ChatPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """What one chat-completions request asks of the kernel."""
+
+    agent_id: str
+    response_model: str
+    history: tuple[m.Message, ...]
+    prompt_parts: tuple[m.ContentPart, ...]
+    #: The last message is a tool result: run the model on the history, no new user turn.
+    continuation: bool
+    options: m.PromptOptions
+    client_tools: tuple[ToolSpec, ...]
+    stream: bool
+    include_usage: bool
+
+
+def resolve_model(model: str, agents: Sequence[m.AgentInfo]) -> tuple[m.AgentInfo, str | None]:
+    """``model`` names an agent (by name or id), or else is a provider model for the default agent."""
+    if not model or model == "default":
+        return agents[0], None
+    for agent in agents:
+        if model in (agent.name, agent.id):
+            return agent, None
+    return agents[0], model
+
+
+def plan_chat(request: ChatRequest, agents: Sequence[m.AgentInfo], *, context_limit: int) -> ChatPlan | OpenAIError:
+    if not agents:
+        return OpenAIError(status=500, message="No agent is configured", type="server_error")
+    if request.n not in (None, 1):
+        return bad_request("Only n=1 is supported.", param="n")
+    max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
+    if max_tokens is not None and max_tokens < 1:
+        return bad_request("max_tokens must be at least 1.", param="max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens")
+    if request.temperature is not None and not 0 <= request.temperature <= 2:
+        return bad_request("temperature must be between 0 and 2.", param="temperature")
+    if not request.messages:
+        return bad_request("messages must not be empty.", param="messages")
+    tools = _client_tools(request)
+    if isinstance(tools, OpenAIError):
+        return tools
+    converted = _conversation(request.messages)
+    if isinstance(converted, OpenAIError):
+        return converted
+    system, turns = converted
+    last = request.messages[-1]
+    if last.role == "user":
+        prompt = turns[-1]
+        parts = prompt.parts or ((m.TextPart(prompt.content),) if prompt.content.strip() else ())
+        if not parts:
+            return bad_request("The last user message is empty.", param=f"messages[{len(request.messages) - 1}].content")
+        history, continuation = turns[:-1], False
+    elif last.role == "tool":
+        history, parts, continuation = turns, (), True
+    else:
+        return bad_request("The last message must come from the user or be a tool result.", param="messages")
+    agent, model_override = resolve_model(request.model, agents)
+    options = m.PromptOptions(
+        max_tokens=max_tokens,
+        temperature=request.temperature,
+        system_prompt=system,
+        model=model_override,
+        max_context_messages=max(context_limit, len(history) + 1),
+    )
+    return ChatPlan(
+        agent_id=agent.id,
+        response_model=request.model or agent.name,
+        history=tuple(history),
+        prompt_parts=parts,
+        continuation=continuation,
+        options=options,
+        client_tools=tools,
+        stream=bool(request.stream),
+        include_usage=bool(request.stream and request.stream_options and request.stream_options.include_usage),
+    )
+
+
+def _client_tools(request: ChatRequest) -> tuple[ToolSpec, ...] | OpenAIError:
+    if not request.tools or request.tool_choice == "none":
+        return ()
+    specs: list[ToolSpec] = []
+    for i, tool in enumerate(request.tools):
+        if tool.type != "function" or tool.function is None:
+            return bad_request("Only tools of type 'function' are supported.", param=f"tools[{i}].type")
+        if not _TOOL_NAME.match(tool.function.name):
+            return bad_request("Tool names must be 1-64 characters of a-z, A-Z, 0-9, _ and -.", param=f"tools[{i}].function.name")
+        parameters = tool.function.parameters or {"type": "object", "properties": {}}
+        specs.append(ToolSpec(name=tool.function.name, description=tool.function.description, parameters=parameters))
+    return tuple(specs)
+
+
+def _conversation(messages: Sequence[InMessage]) -> tuple[str | None, list[m.Message]] | OpenAIError:
+    """System/developer text (the system prompt override) and the other turns as kernel messages."""
+    system: list[str] = []
+    turns: list[m.Message] = []
+    call_names: dict[str, str] = {}
+    for i, msg in enumerate(messages):
+        where = f"messages[{i}].content"
+        parts = _parts(msg.content, where)
+        if isinstance(parts, OpenAIError):
+            return parts
+        texts = [p.text for p in parts if isinstance(p, m.TextPart)]
+        if msg.role in ("system", "developer"):
+            if len(texts) != len(parts):
+                return bad_request("System messages may only contain text.", param=where)
+            system.append("\n".join(texts))
+        elif msg.role == "user":
+            if len(texts) == len(parts):
+                turns.append(m.Message(role="user", content="\n".join(texts)))
+            else:
+                turns.append(m.Message(role="user", parts=parts))
+        elif msg.role == "assistant":
+            calls = tuple(m.ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "{}") for c in msg.tool_calls or ())
+            call_names.update((c.id, c.name) for c in calls)
+            turns.append(m.Message(role="assistant", content="".join(texts), tool_calls=calls))
+        else:
+            if not msg.tool_call_id:
+                return bad_request("A tool message needs tool_call_id.", param=f"messages[{i}].tool_call_id")
+            turns.append(
+                m.Message(role="tool", content="\n".join(texts), tool_call_id=msg.tool_call_id, name=call_names.get(msg.tool_call_id))
+            )
+    return ("\n\n".join(system) if system else None), turns
+
+
+def _parts(content: str | list[dict[str, Any]] | None, where: str) -> tuple[m.ContentPart, ...] | OpenAIError:
+    if content is None:
+        return ()
+    if isinstance(content, str):
+        return (m.TextPart(content),) if content else ()
+    parts: list[m.ContentPart] = []
+    for j, item in enumerate(content):
+        kind = item.get("type")
+        param = f"{where}[{j}]"
+        if kind == "text" and isinstance(item.get("text"), str):
+            parts.append(m.TextPart(item["text"]))
+        elif kind == "refusal" and isinstance(item.get("refusal"), str):
+            parts.append(m.TextPart(item["refusal"]))
+        elif kind == "image_url":
+            url = item.get("image_url")
+            url = url.get("url") if isinstance(url, dict) else url
+            decoded = _data_url(url) if isinstance(url, str) else None
+            if decoded is None:
+                return bad_request("Images must be given as base64 data: URLs.", param=param)
+            parts.append(m.ImagePart(data=decoded[1], mime_type=decoded[0]))
+        elif kind == "file":
+            spec = item.get("file")
+            data = spec.get("file_data") if isinstance(spec, dict) else None
+            decoded = _data_url(data) if isinstance(data, str) else None
+            if decoded is None or not isinstance(spec, dict):
+                return bad_request("Files must be given inline as file_data data: URLs.", param=param)
+            name = spec.get("filename") if isinstance(spec.get("filename"), str) else "file"
+            parts.append(m.FilePart(name=name, data=decoded[1], content_type=decoded[0]))
+        else:
+            return bad_request(f"Unsupported content part type {kind!r}.", param=param)
+    return tuple(parts)
+
+
+def _data_url(url: str) -> tuple[str, bytes] | None:
+    if not url.startswith("data:"):
+        return None
+    header, sep, payload = url[5:].partition(",")
+    if not sep:
+        return None
+    fields = header.split(";")
+    mime = fields[0].strip() or "text/plain"
+    if "base64" in fields[1:]:
+        try:
+            return mime, base64.b64decode("".join(payload.split()), validate=True)
+        except (binascii.Error, ValueError):
+            return None
+    return mime, unquote_to_bytes(payload)
+
+
+# ---------------------------------------------------------------- response shapes
+
+FINISH_REASONS: dict[str, str] = {
+    "end_turn": "stop",
+    "interrupted": "stop",
+    "max_tokens": "length",
+    "tool_iterations": "length",
+    "turn_limit": "length",
+    "refusal": "content_filter",
+}
+
+
+class OutUsage(msgspec.Struct, kw_only=True):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+def usage_of(usage: m.Usage) -> OutUsage:
+    return OutUsage(prompt_tokens=usage.input_tokens, completion_tokens=usage.output_tokens, total_tokens=usage.total_tokens)
+
+
+class OutFunction(msgspec.Struct, kw_only=True):
+    name: str
+    arguments: str
+
+
+class OutToolCall(msgspec.Struct, kw_only=True):
+    id: str
+    type: str
+    function: OutFunction
+
+
+class OutToolCallDelta(msgspec.Struct, kw_only=True):
+    index: int
+    id: str
+    type: str
+    function: OutFunction
+
+
+class OutMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
+    role: str
+    content: str | None
+    refusal: None
+    tool_calls: list[OutToolCall] | None = None
+    reasoning_content: str | None = None
+
+
+class OutChoice(msgspec.Struct, kw_only=True):
+    index: int
+    message: OutMessage
+    logprobs: None
+    finish_reason: str
+
+
+class ChatCompletion(msgspec.Struct, kw_only=True):
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[OutChoice]
+    usage: OutUsage
+    system_fingerprint: None = None
+
+
+class OutDelta(msgspec.Struct, kw_only=True, omit_defaults=True):
+    role: str | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[OutToolCallDelta] | None = None
+
+
+class OutChunkChoice(msgspec.Struct, kw_only=True):
+    index: int
+    delta: OutDelta
+    logprobs: None
+    finish_reason: str | None
+
+
+class Chunk(msgspec.Struct, kw_only=True):
+    id: str
+    object: str
+    created: int
+    model: str
+    system_fingerprint: None
+    choices: list[OutChunkChoice]
+
+
+class UsageChunk(Chunk, kw_only=True):
+    """With ``stream_options.include_usage`` every chunk carries ``usage`` (null but the last)."""
+
+    usage: OutUsage | None
+
+
+def _tool_calls(calls: Sequence[m.ToolCall]) -> list[OutToolCall]:
+    return [OutToolCall(id=c.id, type="function", function=OutFunction(name=c.name, arguments=c.arguments)) for c in calls]
+
+
+def completion(
+    *, completion_id: str, created: int, model: str, finished: m.RunFinished, reasoning: str, client_calls: Sequence[m.ToolCall]
+) -> ChatCompletion:
+    """One non-streamed answer: the run's text, the client's tool calls if the model made any."""
+    message = OutMessage(
+        role="assistant",
+        content=finished.text if finished.text or not client_calls else None,
+        refusal=None,
+        tool_calls=_tool_calls(client_calls) or None,
+        reasoning_content=reasoning or None,
+    )
+    finish = "tool_calls" if client_calls else FINISH_REASONS.get(finished.stop_reason, "stop")
+    return ChatCompletion(
+        id=completion_id, object="chat.completion", created=created, model=model,
+        choices=[OutChoice(index=0, message=message, logprobs=None, finish_reason=finish)],
+        usage=usage_of(finished.usage),
+    )
+
+
+class ChunkEncoder:
+    """Kernel events of one run -> ``chat.completion.chunk`` SSE frames."""
+
+    def __init__(self, *, completion_id: str, created: int, model: str, include_usage: bool) -> None:
+        self.completion_id = completion_id
+        self.created = created
+        self.model = model
+        self.include_usage = include_usage
+
+    def _frame(self, choices: list[OutChunkChoice], usage: OutUsage | None = None) -> bytes:
+        fields = dict(id=self.completion_id, object="chat.completion.chunk", created=self.created, model=self.model, system_fingerprint=None, choices=choices)
+        chunk = UsageChunk(**fields, usage=usage) if self.include_usage else Chunk(**fields)  # type: ignore[arg-type]
+        return format_sse(_encode(chunk))
+
+    def _delta(self, delta: OutDelta, finish: str | None = None) -> bytes:
+        return self._frame([OutChunkChoice(index=0, delta=delta, logprobs=None, finish_reason=finish)])
+
+    def opening(self) -> bytes:
+        return self._delta(OutDelta(role="assistant", content=""))
+
+    def event(self, event: m.Event) -> bytes | None:
+        if isinstance(event, m.TextDelta) and event.text:
+            return self._delta(OutDelta(content=event.text))
+        if isinstance(event, m.ReasoningDelta) and event.text:
+            return self._delta(OutDelta(reasoning_content=event.text))
+        return None
+
+    def closing(self, finished: m.RunFinished, client_calls: Sequence[m.ToolCall]) -> list[bytes]:
+        frames: list[bytes] = []
+        if client_calls:
+            deltas = [
+                OutToolCallDelta(index=i, id=c.id, type="function", function=OutFunction(name=c.name, arguments=c.arguments))
+                for i, c in enumerate(client_calls)
+            ]
+            frames.append(self._delta(OutDelta(tool_calls=deltas)))
+            frames.append(self._delta(OutDelta(), "tool_calls"))
+        else:
+            frames.append(self._delta(OutDelta(), FINISH_REASONS.get(finished.stop_reason, "stop")))
+        if self.include_usage:
+            frames.append(self._frame([], usage_of(finished.usage)))
+        frames.append(DONE_FRAME)
+        return frames
+
+    def failure(self, error: OpenAIError) -> bytes:
+        """A failure after the stream started: the SDKs raise on a ``data: {"error": ...}`` frame."""
+        return format_sse(_encode(error.body()))
+
+
+# ---------------------------------------------------------------- models
+
+
+class ModelInfo(msgspec.Struct, kw_only=True):
+    id: str
+    object: str
+    created: int
+    owned_by: str
+
+
+class ModelList(msgspec.Struct, kw_only=True):
+    object: str
+    data: list[ModelInfo]
+
+
+def model_list(agents: Sequence[m.AgentInfo], created: int) -> ModelList:
+    """Every agent by name, then each provider model the agents use (pass-through names)."""
+    data = [ModelInfo(id=a.name, object="model", created=created, owned_by="gateway") for a in agents]
+    seen = {a.name for a in agents}
+    for agent in agents:
+        if agent.model and agent.model not in seen:
+            seen.add(agent.model)
+            data.append(ModelInfo(id=agent.model, object="model", created=created, owned_by=agent.provider or "gateway"))
+    return ModelList(object="list", data=data)
+
+
+def find_model(agents: Sequence[m.AgentInfo], created: int, model_id: str) -> ModelInfo | OpenAIError:
+    for info in model_list(agents, created).data:
+        if info.id == model_id:
+            return info
+    for agent in agents:
+        if agent.id == model_id:
+            return ModelInfo(id=agent.id, object="model", created=created, owned_by="gateway")
+    return OpenAIError(
+        status=404, message=f"The model '{model_id}' does not exist", param="model", code="model_not_found"
+    )

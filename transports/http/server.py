@@ -1,0 +1,167 @@
+"""The ``http`` transport: its config, the ASGI app in front of two routers, ``serve``.
+
+Two routers share one server: the native API answers errors in the native shape, the
+OpenAI routes in OpenAI's (the router's error shaper sees no path, so the app picks
+the router by path first). In front of both, three cheap checks that a plain router
+does not make for plain HTTP: a browser ``Origin`` must be one of ``cors_origins``
+(blocks cross-site requests when CORS is off), without a token the ``Host`` must be a
+loopback name (blocks DNS rebinding), and a per-client-IP request rate limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from functools import partial
+from typing import Any, Literal
+
+import anyio
+import msgspec
+from anyio.abc import TaskStatus
+
+from kernel import Kernel
+from transports.shared import (
+    ConfigError,
+    HttpError,
+    Headers,
+    Router,
+    ServerConfig,
+    SlidingWindowLimiter,
+    error_response,
+    is_loopback_host,
+    origin_allowed,
+    serve_asgi,
+)
+
+from .codec import native_error_body
+from .native import NativeApi
+from .openai_codec import openai_error_body
+from .openai_routes import OpenAIApi
+
+log = logging.getLogger("gateway.http")
+
+
+class HttpConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
+    """``[transports.http]``. Inherited WebSocket-only fields are accepted and unused."""
+
+    port: int = 8000
+    #: Origins allowed to call the API from a browser (CORS); empty = CORS off and any
+    #: request carrying an ``Origin`` header is refused (403). ``"*"`` allows all.
+    cors_origins: list[str] = msgspec.field(default_factory=list)
+    #: Largest request body (chat requests carry whole conversations and images).
+    max_body_bytes: int = 4_194_304
+    #: Seconds of silence after which an SSE stream gets a ``: keep-alive`` comment; 0 = never.
+    sse_keepalive_s: float = 15.0
+    #: Requests per client IP per minute (all routes but /health); 0 disables.
+    rate_limit_per_minute: int = 600
+    #: Longest wait for a JSON answer (native ``Accept: application/json``, non-streamed
+    #: chat completions, or the first streamed chunk); then 504 and the run is interrupted.
+    run_timeout_s: float = 600.0
+    #: How tool approvals are answered for OpenAI requests, whose clients cannot answer them.
+    openai_tool_approval: Literal["reject", "approve"] = "reject"
+
+
+def check_config(config: HttpConfig) -> None:
+    if config.sse_keepalive_s < 0:
+        raise ConfigError("sse_keepalive_s must be >= 0")
+    if config.run_timeout_s <= 0:
+        raise ConfigError("run_timeout_s must be positive")
+    if config.rate_limit_per_minute < 0:
+        raise ConfigError("rate_limit_per_minute must be >= 0")
+
+
+def _is_openai_path(path: str) -> bool:
+    return path == "/v1/chat/completions" or path == "/v1/models" or path.startswith("/v1/models/")
+
+
+def _host_name(host: str) -> str:
+    """``127.0.0.1:8000`` -> ``127.0.0.1``; ``[::1]:8000`` -> ``::1``."""
+    host = host.strip()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+class ClientLimiter:
+    """A sliding-window request limit per client IP; the least recently seen clients
+    are forgotten beyond ``max_clients`` so memory stays bounded."""
+
+    def __init__(self, limit: int, *, window_s: float = 60.0, max_clients: int = 4096) -> None:
+        self.limit = limit
+        self.window_s = window_s
+        self.max_clients = max_clients
+        self._clients: dict[str, SlidingWindowLimiter] = {}
+
+    def check(self, ip: str) -> float:
+        """0.0 if allowed, else seconds until the client may retry."""
+        if self.limit <= 0:
+            return 0.0
+        limiter = self._clients.pop(ip, None) or SlidingWindowLimiter(self.limit, self.window_s)
+        self._clients[ip] = limiter
+        if len(self._clients) > self.max_clients:
+            del self._clients[next(iter(self._clients))]
+        return limiter.check()
+
+
+class HttpApp:
+    """The ASGI application of the http transport."""
+
+    def __init__(self, kernel: Kernel, config: HttpConfig) -> None:
+        self.config = config
+        # The routers' CORS allow-list is ServerConfig.allowed_origins: give them ours.
+        router_config = msgspec.structs.replace(config, allowed_origins=list(config.cors_origins))
+        cors = bool(config.cors_origins)
+        self.native = Router(router_config, error_body=native_error_body, cors=cors)
+        self.openai = Router(router_config, error_body=openai_error_body, cors=cors)
+        NativeApi(kernel, keepalive_s=config.sse_keepalive_s, run_timeout_s=config.run_timeout_s).register(self.native)
+        OpenAIApi(
+            kernel, keepalive_s=config.sse_keepalive_s, run_timeout_s=config.run_timeout_s,
+            approve_tools=config.openai_tool_approval == "approve",
+        ).register(self.openai)
+        self.token = self.native.token
+        self.limiter = ClientLimiter(config.rate_limit_per_minute)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.native(scope, receive, send)
+            return
+        router = self.openai if _is_openai_path(scope["path"]) else self.native
+        refusal = self._guard(scope)
+        if refusal is not None:
+            await error_response(refusal, router.error_body).send_to(send)
+            return
+        await router(scope, receive, send)
+
+    def _guard(self, scope: dict[str, Any]) -> HttpError | None:
+        headers = Headers(scope.get("headers", ()))
+        origin = headers.get("origin")
+        if origin is not None and not (self.config.cors_origins and origin_allowed(origin, self.config.cors_origins)):
+            return HttpError(403, f"Origin {origin!r} is not allowed (see cors_origins)", code="forbidden")
+        host = headers.get("host")
+        if self.token is None and host and not is_loopback_host(_host_name(host)):
+            return HttpError(403, f"Host {host!r} is not allowed without a token (DNS rebinding protection)", code="forbidden")
+        if scope["path"] == "/health" or scope.get("method") == "OPTIONS":
+            return None
+        client = scope.get("client")
+        wait = self.limiter.check(str(client[0]) if client else "unknown")
+        if wait > 0:
+            extra = {"access-control-allow-origin": origin, "vary": "Origin"} if origin else {}
+            return HttpError(
+                429, f"Too many requests: limit is {self.config.rate_limit_per_minute} per minute",
+                code="rate_limited", headers={"retry-after": str(math.ceil(wait)), **extra},
+            )
+        return None
+
+
+class HttpTransport:
+    name = "http"
+    description = "REST + SSE of native kernel events; OpenAI-compatible /v1/chat/completions and /v1/models"
+    Config = HttpConfig
+
+    async def serve(self, kernel: Kernel, config: HttpConfig, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED) -> None:
+        check_config(config)
+        app = HttpApp(kernel, config)
+        async with anyio.create_task_group() as tg:
+            host, port = await tg.start(partial(serve_asgi, app, config))
+            shown = f"[{host}]" if ":" in host else host
+            task_status.started(f"http://{shown}:{port}")
