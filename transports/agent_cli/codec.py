@@ -259,19 +259,16 @@ class AgentCliCodec:
 
     # -------------------------------------------------------------- connection-level
 
-    def expire_approval(self, call_id: str, timeout_s: float) -> tuple[m.ResolveToolApproval, str] | None:
-        """A confirmation left unanswered for ``timeout_s``: the rejection to send to the
-        kernel and a ``timeout_error`` frame for the client; None if it was answered."""
+    def expire_approval(self, call_id: str) -> m.ResolveToolApproval | None:
+        """A confirmation left unanswered too long: the rejection to send to the kernel
+        (None if it was answered). The client learns it from the ``ToolResult`` that
+        follows; no error frame, since an error frame would end the request for it."""
         approval = self.approvals.pop(call_id, None)
         if approval is None:
             return None
-        command = m.ResolveToolApproval(
+        return m.ResolveToolApproval(
             session_id=self.session_id, request_id=approval.request_id, call_id=call_id, approved=False, reason="approval timed out"
         )
-        frame = self.error(
-            approval.request_id, f"timeout_error: confirmation for tool '{approval.name}' not received within {timeout_s:g}s; the call was rejected"
-        )
-        return command, frame
 
     def events_lost(self, reason: str) -> list[str]:
         """This connection missed events: end every open run with a ``connection_error``."""

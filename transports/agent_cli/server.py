@@ -203,11 +203,9 @@ class _Connection:
 
     async def expire_approval(self, call_id: str) -> None:
         await anyio.sleep(self.config.approval_timeout_s)
-        expired = self.codec.expire_approval(call_id, self.config.approval_timeout_s)
-        if expired is None:
+        command = self.codec.expire_approval(call_id)
+        if command is None:
             return
-        command, frame = expired
-        await self.send([frame])
         try:
             await self.kernel.execute(command)
         except KernelError as exc:  # the kernel's own timeout (or the run's end) came first
