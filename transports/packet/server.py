@@ -254,7 +254,7 @@ class _Endpoint(msgspec.Struct):
     timeout_s: float
 
 
-_endpoints: dict[str, _Endpoint] = {}
+_endpoints: dict[str, _Endpoint | None] = {}
 _endpoints_changed = threading.Condition()
 
 
@@ -275,21 +275,25 @@ class PacketTransport:
         facts = {"endpoint": config.endpoint, "session_id": config.session_id, "timeout_s": config.timeout_s, "db_path": kernel.settings.store.path}
         backend = PacketBackend(kernel, session_id=config.session_id, agent_id=agent_id, facts=lambda: dict(facts))
         await backend.open()
-        async with BlockingPortal() as portal:
-            with _endpoints_changed:
-                if config.endpoint in _endpoints:
-                    raise RuntimeError(f"packet endpoint {config.endpoint!r} is already served in this process")
-                _endpoints[config.endpoint] = _Endpoint(portal, backend, config.timeout_s)
-                _endpoints_changed.notify_all()
-            try:
-                task_status.started(None)
-                await anyio.sleep_forever()
-            finally:
+        with _endpoints_changed:
+            if config.endpoint in _endpoints:
+                raise RuntimeError(f"packet endpoint {config.endpoint!r} is already served in this process")
+            _endpoints[config.endpoint] = None  # reserved until the portal runs
+        try:
+            async with BlockingPortal() as portal:
                 with _endpoints_changed:
-                    _endpoints.pop(config.endpoint, None)
-                backend.closing = True
-                with anyio.CancelScope(shield=True):
-                    await portal.stop(cancel_remaining=True)
+                    _endpoints[config.endpoint] = _Endpoint(portal, backend, config.timeout_s)
+                    _endpoints_changed.notify_all()
+                try:
+                    task_status.started(None)
+                    await anyio.sleep_forever()
+                finally:
+                    backend.closing = True
+                    with anyio.CancelScope(shield=True):
+                        await portal.stop(cancel_remaining=True)
+        finally:
+            with _endpoints_changed:
+                _endpoints.pop(config.endpoint, None)
 
 
 class ConnectedServer(PortalServer):
@@ -328,7 +332,7 @@ def connect(endpoint: str = "packet", *, wait_s: float = 0.0, timeout_s: float |
     ``wait_s`` for it to start); wrap it in :class:`BackendClient` like a BackendServer."""
     deadline = time.monotonic() + wait_s
     with _endpoints_changed:
-        while endpoint not in _endpoints:
+        while _endpoints.get(endpoint) is None:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise LookupError(f"no packet endpoint {endpoint!r} is being served in this process")

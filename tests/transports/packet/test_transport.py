@@ -1,0 +1,85 @@
+"""The packet transport inside `gateway serve`: sync code in the process reaches the kernel."""
+
+from __future__ import annotations
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from kernel.testing import running_kernel
+from plugins.manager import load_plugins
+from plugins.providers.echo import EchoProvider
+from transports.base import load_config
+from transports.packet import BackendClient, ConnectedServer, Packet, PacketTransport, connect
+
+from ._support import ALL_TOOLS, SlowEcho
+
+pytestmark = pytest.mark.anyio
+
+
+def test_registered_as_a_transport() -> None:
+    registry = load_plugins(("transports.packet.plugin",), use_entry_points=False)
+    assert registry.transports == {"packet": PacketTransport}
+    config = load_config(PacketTransport, {"endpoint": "app", "timeout_s": 5})
+    assert (config.endpoint, config.session_id, config.timeout_s) == ("app", "packet", 5)
+    with pytest.raises(ValueError, match=r"\[transports.packet\]"):
+        load_config(PacketTransport, {"port": 1})
+
+
+async def test_connect_to_a_served_kernel() -> None:
+    async with running_kernel(EchoProvider(), tools=ALL_TOOLS) as kernel, anyio.create_task_group() as tg:
+        config = load_config(PacketTransport, {"endpoint": "test-connect"})
+        await tg.start(PacketTransport().serve, kernel, config)
+
+        def app() -> tuple[dict, dict, list, dict, dict]:
+            client = BackendClient(connect("test-connect"))
+            answer = client.process_message("hello")
+            status = client.get_status()
+            saved = client.get_history()
+            stop = client.server.send(Packet(id="s", type="shutdown", body={})).body
+            return answer, status, saved, stop, client.get_status()
+
+        answer, status, history, stop, after = await anyio.to_thread.run_sync(app)
+        assert answer["data"]["content"] == "echo: hello"
+        assert status["data"]["config"]["endpoint"] == "test-connect"
+        assert history == [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "echo: hello"}]
+        # Shutdown detaches this handle only: the gateway owns the kernel and keeps serving.
+        assert stop == {"success": True, "data": {"status": "shutdown", "detached": True}}
+        assert after == {"success": False, "error": "the backend is shut down"}
+        fresh = await anyio.to_thread.run_sync(lambda: BackendClient(connect("test-connect")).get_status())
+        assert fresh["success"] is True
+
+        with pytest.raises(RuntimeError, match="already served"):
+            await PacketTransport().serve(kernel, config)
+        tg.cancel_scope.cancel()
+    with pytest.raises(LookupError):
+        connect("test-connect")
+
+
+async def test_stopping_the_gateway_answers_waiting_callers() -> None:
+    async with running_kernel(SlowEcho(slow_s=1.0)) as kernel, anyio.create_task_group() as tg:
+        config = load_config(PacketTransport, {"endpoint": "test-stop"})
+        scope = anyio.CancelScope()
+
+        async def serve() -> None:
+            with scope:
+                await PacketTransport().serve(kernel, config)
+
+        tg.start_soon(serve)
+        server = await anyio.to_thread.run_sync(lambda: connect("test-stop", wait_s=5))
+        assert isinstance(server, ConnectedServer)
+        async with anyio.create_task_group() as callers:
+            answers: list[dict] = []
+
+            async def caller() -> None:
+                answers.append(await anyio.to_thread.run_sync(server.process_message, "slow and long"))
+
+            callers.start_soon(caller)
+            while not any(s.active for s in kernel.sessions.values()):
+                await anyio.sleep(0.01)
+            scope.cancel()
+        assert answers == [{"success": False, "error": "the backend is shut down"}]
+        assert await anyio.to_thread.run_sync(BackendClient(server).get_status) == {
+            "success": False,
+            "error": "no packet endpoint 'test-stop' is being served",
+        }
