@@ -344,11 +344,15 @@ class TurnEncoder:
             # response.content still equals the concatenated deltas.
             text += f"[The agent completed processing but returned no text response. ({usage.input_tokens} in / {usage.output_tokens} out)]"
             out.append(TextDeltaOut(content=text))
+        pressure = context_pressure(usage.input_tokens, self.window_tokens)
+        if pressure in ("high", "critical"):
+            pct = min(usage.input_tokens / max(self.window_tokens, 1) * 100, 100)
+            out.append(Phase(phase="context_warning", detail=f"Context window {pct:.0f}% full; /new starts over"))
         response = ResponseOut(
             content=text,
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
-            context_pressure=context_pressure(usage.input_tokens, self.window_tokens),
+            context_pressure=pressure,
             interrupted=True if event.interrupted else msgspec.UNSET,
         )
         return [*out, Phase(phase="done"), Typing(state="stop"), response]

@@ -208,6 +208,7 @@ def add_routes(router: Router, kernel: Kernel, config: OpenFangConfig, agents: A
             run.close()
 
     async def _start(agent_id: str, session_id: str, parts: tuple[m.ContentPart, ...]) -> RestRun:
+        sessions.touch(agent_id, session_id)
         try:
             return await RestRun.start(kernel, agent_id, session_id, parts)
         except KernelError as exc:

@@ -57,6 +57,7 @@ class ActiveSessions:
     def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel
         self._active: dict[str, str] = {}
+        self._touched: dict[str, set[str]] = {}
         self._lock = anyio.Lock()
 
     def peek(self, agent_id: str) -> str | None:
@@ -76,22 +77,31 @@ class ActiveSessions:
                     current = max(listing.sessions, key=lambda s: s.created_at).session_id
                 else:
                     current = await self.create(agent_id)
-                self._active[agent_id] = current
+                self.switch(agent_id, current)
             return current
 
     async def create(self, agent_id: str, label: str | None = None) -> str:
         """A new session for the agent, which becomes its active one."""
         opened = await self.kernel.execute(m.OpenSession(session_id=uuid.uuid4().hex, agent_id=agent_id, label=label))
         assert isinstance(opened, m.SessionOpened)
-        self._active[agent_id] = opened.session.session_id
+        self.switch(agent_id, opened.session.session_id)
         return opened.session.session_id
 
     def switch(self, agent_id: str, session_id: str) -> None:
         self._active[agent_id] = session_id
+        self.touch(agent_id, session_id)
+
+    def touch(self, agent_id: str, session_id: str) -> None:
+        """Remember that this transport prompted ``session_id`` for the agent (see ``stop``)."""
+        self._touched.setdefault(agent_id, set()).add(session_id)
 
     def live_sessions(self, agent_id: str) -> list[str]:
-        """Ids of the agent's sessions that are loaded in the kernel right now."""
-        return [sid for sid, s in self.kernel.sessions.items() if s.agent.agent_id() == agent_id]
+        """The agent's sessions used through this transport that are loaded right now.
+
+        ``POST /stop`` interrupts these: runs of the same agent started through other
+        transports (another user's Agent-CLI session, say) are not ours to stop.
+        """
+        return [sid for sid in self._touched.get(agent_id, ()) if sid in self.kernel.sessions]
 
 
 class UploadStore:

@@ -135,6 +135,7 @@ class AgentSocket:
         try:
             session_id = await self._session_for(prompt.session_id, for_prompt=True)
             await self.kernel.session(session_id, self.agent_id)
+            self.sessions.touch(self.agent_id, session_id)
             await self._follow(session_id)
             assert prompt.request_id is not None
             self.mine.add(prompt.request_id)

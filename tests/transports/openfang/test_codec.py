@@ -192,6 +192,12 @@ def test_interrupted_failed_silent_and_empty_turns() -> None:
     assert deltas.startswith("[The agent completed processing") and empty[-1]["content"] == deltas
 
 
+def test_a_full_context_warns_before_the_turn_ends() -> None:
+    frames = wire(run_events(E(m.RunStarted), E(m.TextDelta, text="x"), E(m.RunFinished, text="x", usage=m.Usage(input_tokens=180_000))))
+    assert frames[-4] == {"type": "phase", "phase": "context_warning", "detail": "Context window 90% full; /new starts over"}
+    assert frames[-1]["context_pressure"] == "critical"
+
+
 def test_other_clients_runs_and_approvals() -> None:
     assert wire(run_events(E(m.RunStarted, "someone-else"), E(m.TextDelta, "someone-else", text="x"))) == []
     encoder = TurnEncoder({"r1"})

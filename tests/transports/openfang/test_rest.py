@@ -280,3 +280,19 @@ async def test_websocket_and_rest_share_the_active_session() -> None:
         await in_asyncio(client)
         history = (await http.get(f"/api/agents/{server.agent_id}/session")).json()
         assert [m["content"] for m in history["messages"]] == ["over the socket", "echo: over the socket"]
+
+
+async def test_stop_leaves_runs_of_other_transports_alone() -> None:
+    from kernel import model as m
+
+    provider = ScriptedProvider([text_turn(*["x"] * 50)], delay_s=0.02)
+    async with serving(provider) as server:
+        other = await server.kernel.session(None, server.agent_id)  # e.g. an Agent-CLI user's session
+        await server.kernel.execute(m.Prompt(session_id=other.id, text="busy elsewhere"))
+        with anyio.fail_after(5):
+            while not other.busy:
+                await anyio.sleep(0.01)
+        status, body = await sdk(server, "call", "POST", f"/api/agents/{server.agent_id}/stop")
+        assert (status, body["message"]) == (200, "No active run to cancel.")
+        assert other.active is not None and not other.active.interrupted
+        other.interrupt()

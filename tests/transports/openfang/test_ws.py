@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -324,3 +325,46 @@ async def test_shutdown_closes_open_sockets_with_1001_promptly() -> None:
             server.scope.cancel()
     assert result["code"] == 1001
     assert result["at"] - stopped_at < 1.0
+
+
+async def test_idle_socket_gets_an_error_then_a_close() -> None:
+    async with serving(config=make_config(idle_timeout_s=0.3)) as server:
+
+        async def client() -> tuple[dict[str, Any], int | None]:
+            ws = await connect(server.ws_url)
+            frame = await recv(ws)
+            try:
+                await asyncio.wait_for(ws.recv(), 5)
+            except websockets.ConnectionClosed as exc:
+                return frame, exc.rcvd.code if exc.rcvd else None
+            return frame, None
+
+        frame, code = await in_asyncio(client)
+    assert frame == {"type": "error", "content": "Connection closed due to inactivity (0.3 s timeout)"}
+    assert code == 1000
+
+
+async def test_agents_updated_is_sent_again_only_when_the_list_changes() -> None:
+    async with serving(config=make_config(agents_poll_s=0.05)) as server:
+
+        async def client() -> dict[str, Any]:
+            ws = await connect(server.ws_url)
+            async with ws:
+                await ws.send('{"type":"ping"}')
+                assert await recv(ws) == {"type": "pong"}  # nothing else in between: no change yet
+                changed.set()
+                return await recv(ws)
+
+        changed = threading.Event()
+
+        async def add_agent() -> None:
+            while not changed.is_set():
+                await anyio.sleep(0.01)
+            agents = [{"name": "General Assistant"}, {"name": "Researcher"}]
+            await server.kernel.update_settings({"agents": agents})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(add_agent)
+            update = await in_asyncio(client)
+    assert update["type"] == "agents_updated"
+    assert [a["name"] for a in update["agents"]] == ["General Assistant", "Researcher"]
