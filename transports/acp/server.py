@@ -81,7 +81,8 @@ class AcpTransport:
         self.stdout_fd = stdout_fd
 
     async def serve(self, kernel: Kernel, config: AcpConfig, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED) -> None:
-        mapping.check_mode(config.default_mode)
+        if config.default_mode not in mapping.MODES:
+            raise ValueError(f"[transports.acp] default_mode must be one of {', '.join(mapping.MODES)}, not {config.default_mode!r}")
         writer = LineWriter(self.stdout_fd)
         try:
             await AcpConnection(kernel, config, writer).run(self.stdin_fd, task_status)
@@ -144,7 +145,6 @@ class AcpConnection:
         self.outgoing: dict[int, _Outgoing] = {}
         self.closed = False
         self.inflight = 0
-        self.limiter = anyio.Semaphore(config.max_concurrent_requests)
         self._prefix = f"acp-{uuid.uuid4().hex[:8]}"
         self._counter = itertools.count()
         self._tg: TaskGroup | None = None
@@ -156,6 +156,7 @@ class AcpConnection:
             "session/prompt": self.prompt,
             "session/set_mode": self.set_mode,
             "session/set_model": self.set_model,
+            "session/cancel": self.cancel_request,
         }
 
     # -------------------------------------------------------------- loop
@@ -178,12 +179,16 @@ class AcpConnection:
 
     async def dispatch(self, message: Any, handlers: TaskGroup) -> None:
         if isinstance(message, Request):
-            await self.limiter.acquire()
+            if self.inflight >= self.config.max_concurrent_requests:
+                # Refused rather than waited for: the read loop must stay free for answers and cancels.
+                message_text = f"Too many requests in progress (limit {self.config.max_concurrent_requests})"
+                await self.write([self.codec.error(message.id, INTERNAL_ERROR, message_text, {"code": "busy"})])
+                return
             self.inflight += 1
             handlers.start_soon(self.handle, message)
         elif isinstance(message, Notification):
             if message.method == "session/cancel":
-                handlers.start_soon(self.cancel, message)
+                handlers.start_soon(self.cancel, message.params)
             else:
                 log.debug("ignoring notification %s", message.method)
         elif isinstance(message, Response):
@@ -197,28 +202,28 @@ class AcpConnection:
             log.info("acp: %s", message.reason)
 
     async def handle(self, request: Request) -> None:
-        after: list[bytes] = []
+        try:
+            await self.write(await self.answer(request))
+        finally:
+            self.inflight -= 1
+
+    async def answer(self, request: Request) -> list[bytes]:
+        """The response line (and notifications that must follow it); never raises."""
         try:
             method = self._methods.get(request.method)
             if method is None:
                 raise RpcFailure(METHOD_NOT_FOUND, f"Method not found: {request.method}")
             answer = await method(request)
             if isinstance(answer, _Answer):
-                answer, after = answer.result, answer.after
-            reply = self.codec.result(request.id, answer)
+                return [self.codec.result(request.id, answer.result), *answer.after]
+            return [self.codec.result(request.id, answer)]
         except RpcFailure as failure:
-            reply = self.codec.failure(request.id, failure)
+            return [self.codec.failure(request.id, failure)]
         except KernelError as exc:
-            reply = self.codec.failure(request.id, mapping.kernel_failure(exc.info()))
+            return [self.codec.failure(request.id, mapping.kernel_failure(exc.info()))]
         except Exception as exc:
             log.exception("acp: %s failed", request.method)
-            reply = self.codec.error(request.id, INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}")
-        finally:
-            self.limiter.release()
-        try:
-            await self.write([reply, *after])
-        finally:
-            self.inflight -= 1
+            return [self.codec.error(request.id, INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}")]
 
     async def write(self, lines: list[bytes]) -> None:
         try:
@@ -337,9 +342,14 @@ class AcpConnection:
         session.model_override = params.model_id.strip() or None
         return {}
 
-    async def cancel(self, notification: Notification) -> None:
+    async def cancel_request(self, request: Request) -> Any:
+        """``session/cancel`` is a notification; a client sending it as a request gets ``null``."""
+        await self.cancel(request.params)
+        return None
+
+    async def cancel(self, raw_params: Any) -> None:
         try:
-            params = decode_params(notification.params, SessionParams)
+            params = decode_params(raw_params, SessionParams)
         except RpcFailure as failure:
             log.info("acp: ignoring session/cancel: %s", failure.error.message)
             return
