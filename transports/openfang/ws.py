@@ -229,6 +229,21 @@ class AgentSocket:
                         return
         finally:
             feed.close()
+            if self.encoders.get(feed.session_id) is outbound.encoder:
+                del self.encoders[feed.session_id]  # a session deleted elsewhere is followed anew
+            await self._decline_pending(feed.session_id, outbound.encoder)
+
+    async def _decline_pending(self, session_id: str, encoder: TurnEncoder) -> None:
+        """A question asked of a socket that is gone is answered "no" now, not at its timeout."""
+        if encoder.pending_approval is None:
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.kernel.execute(m.ResolveToolApproval(
+                    session_id=session_id, call_id=encoder.pending_approval, approved=False, reason="the client disconnected",
+                ))
+            except KernelError:
+                pass  # answered meanwhile, or the session is gone
 
     async def _watch_agents(self, last: tuple[object, ...]) -> None:
         """``agents_updated`` again only when the agent list changed (OpenFang polls every 5 s)."""

@@ -368,3 +368,22 @@ async def test_agents_updated_is_sent_again_only_when_the_list_changes() -> None
             update = await in_asyncio(client)
     assert update["type"] == "agents_updated"
     assert [a["name"] for a in update["agents"]] == ["General Assistant", "Researcher"]
+
+
+async def test_a_question_left_by_a_closed_socket_is_declined_at_once() -> None:
+    provider = ScriptedProvider([tool_turn("guarded", "{}", call_id="c1"), text_turn("never mind")])
+    async with serving(provider, tools=[GUARDED]) as server:
+
+        async def client() -> None:
+            ws = await connect(server.ws_url)
+            async with ws:
+                await ws.send("go")
+                await recv_until(ws, "command_result")
+
+        await in_asyncio(client)
+        with anyio.fail_after(3):
+            await server.kernel.wait_idle(3)
+            while any(s.busy for s in server.kernel.sessions.values()):
+                await anyio.sleep(0.01)
+        tool_message = provider.requests[-1].messages[-1]
+    assert tool_message.role == "tool" and "the client disconnected" in tool_message.content
