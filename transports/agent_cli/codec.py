@@ -85,6 +85,7 @@ class AgentCliCodec:
         self.approvals: dict[str, _Approval] = {}
         self._call_args: dict[str, tuple[str, Any]] = {}  # call id -> (run id, arguments)
         self._pending_clears: set[str] = set()
+        self._expected: dict[str, bool] = {}  # request id -> stream, until the kernel accepts it
 
     # -------------------------------------------------------------- frames in
 
@@ -114,6 +115,7 @@ class AgentCliCodec:
                     f"processing_error: busy: {len(self.runs)} requests are already running or queued on this "
                     f"connection (at most {self.max_queued_requests} may wait); retry when one has finished",
                 )
+            self._expected[req.request_id] = req.stream
             if variant == "Regenerate":
                 return m.Regenerate(**ids, options=req.options)
             return m.Prompt(**ids, parts=req.value, options=req.options)
@@ -148,9 +150,10 @@ class AgentCliCodec:
     def on_reply(self, incoming: Incoming, reply: m.Reply) -> list[str]:
         """The kernel's reply to ``incoming`` -> frames to send now (often none)."""
         rid = incoming.request_id
+        self._expected.pop(rid, None)
         if isinstance(reply, m.Accepted):
             if reply.run_id is not None:
-                self.runs[reply.run_id] = _Run(request_id=rid, stream=incoming.stream)
+                self.runs.setdefault(reply.run_id, _Run(request_id=rid, stream=incoming.stream))
             elif isinstance(incoming.command, m.ClearContext):
                 self._pending_clears.add(rid)  # acknowledged when the clear has happened
             return []
@@ -164,6 +167,7 @@ class AgentCliCodec:
         return []  # Interrupt and confirmations: the run's own frames are the answer
 
     def on_error(self, incoming: Incoming, exc: m.KernelError) -> list[str]:
+        self._expected.pop(incoming.request_id, None)
         if isinstance(incoming.command, m.Interrupt) and exc.code == "invalid_request":
             return [self.error(incoming.request_id, exc.message)]  # "No active model output to interrupt"
         return [self.error(incoming.request_id, f"{ERROR_KINDS.get(exc.code, 'processing_error')}: {exc.message}")]
@@ -188,8 +192,17 @@ class AgentCliCodec:
         return [_encode(frame).decode("utf-8") for frame in out]
 
     def _run(self, event: Any, *, end: bool = False) -> _Run:
-        run = self.runs.pop(event.run_id, None) if end else self.runs.get(event.run_id)
-        return run or _Run(request_id=event.request_id or event.run_id, stream=False)
+        """The run an event belongs to. A run not (yet) acknowledged by ``on_reply`` is
+        looked up by request id, so it keeps the stream mode its request asked for."""
+        run = self.runs.get(event.run_id)
+        if run is None:
+            stream = self._expected.pop(event.request_id, False) if event.request_id else False
+            run = _Run(request_id=event.request_id or event.run_id, stream=stream)
+            if not end:
+                self.runs[event.run_id] = run
+        elif end:
+            del self.runs[event.run_id]
+        return run
 
     def _event(self, event: m.Event) -> list[wire.RemoteResponse]:
         if isinstance(event, m.TextDelta):
@@ -274,6 +287,7 @@ class AgentCliCodec:
         """This connection missed events: end every open run with a ``connection_error``."""
         frames = [self.error(run.request_id, f"connection_error: {reason}") for run in self.runs.values()]
         self.runs.clear()
+        self._expected.clear()
         self.approvals.clear()
         self._call_args.clear()
         return frames

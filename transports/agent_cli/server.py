@@ -11,6 +11,7 @@ commands run in their own tasks, since a plugin's command may be slow.
 from __future__ import annotations
 
 import logging
+import os
 from functools import partial
 from typing import Literal
 
@@ -25,6 +26,7 @@ from transports.shared import (
     CLOSE_NORMAL,
     ConfigError,
     Router,
+    TOKEN_ENV_VAR,
     ServerConfig,
     WebSocket,
     WsIdle,
@@ -33,6 +35,7 @@ from transports.shared import (
     WsText,
     WsTooLarge,
     serve_asgi,
+    validate_bind,
 )
 
 from .codec import AgentCliCodec, Incoming
@@ -76,7 +79,11 @@ class AgentCliTransport:
 
     async def serve(self, kernel: Kernel, config: AgentCliConfig, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED) -> None:
         config.check()
-        kernel.agent(config.agent)  # an unknown agent is a start-up error, not a per-connection one
+        validate_bind(config, os.environ.get(TOKEN_ENV_VAR))  # here, so it is not wrapped in a task group's error
+        try:
+            kernel.agent(config.agent)  # an unknown agent is a start-up error, not a per-connection one
+        except KernelError as exc:
+            raise ConfigError(f"[transports.agent_cli] agent: {exc.message}") from None
         router = Router(config)
         router.websocket(config.path, partial(_serve_connection, kernel, config))
         async with anyio.create_task_group() as tg:

@@ -105,8 +105,8 @@ class Client:
 
 
 @asynccontextmanager
-async def client(url: str) -> AsyncIterator[Client]:
-    async with connect(url, proxy=None, open_timeout=5, close_timeout=2, max_size=None) as ws:
+async def client(url: str, **kw: Any) -> AsyncIterator[Client]:
+    async with connect(url, proxy=None, open_timeout=5, close_timeout=2, max_size=None, **kw) as ws:
         yield Client(ws)
 
 

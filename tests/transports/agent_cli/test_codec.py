@@ -364,3 +364,15 @@ def test_events_of_unknown_runs_and_lost_events() -> None:
     assert lost["request_id"] == "r1" and lost["error"] == "connection_error: fell behind" and c.runs == {}
     assert json.loads(c.too_large(10, 5))["request_id"] == "parse_error"
     assert json.loads(c.rate_limited(60, 1.5))["error"].startswith("processing_error: rate limited")
+
+
+def test_events_before_the_acceptance_keep_the_requested_mode() -> None:
+    c = codec()
+    incoming = decode({"request_id": "r1", "input": {"Text": "x"}, "stream": True}, c)
+    assert frames(c, m.TextDelta(**IDS, text="early"))[0]["response"] == {"Stream": "early"}
+    c.on_reply(incoming, m.Accepted(session_id=SID, run_id="run1"))
+    assert list(c.runs) == ["run1"] and c.runs["run1"].stream
+    assert next(iter(frames(c, m.RunFinished(**IDS, text="early"))[0]["response"])) == "Complete"
+    failed = decode({"request_id": "r2", "input": {"Text": "x"}, "stream": True}, c)
+    c.on_error(failed, m.KernelError("busy", "full"))
+    assert c._expected == {}

@@ -412,3 +412,28 @@ async def test_server_shutdown_closes_with_1001() -> None:
                     await anyio.sleep(0.02)
             await anyio.sleep(0.1)
     assert codes == [1001]
+
+
+async def test_token_and_origin_checks_before_the_upgrade() -> None:
+    from websockets.exceptions import InvalidStatus
+
+    async with running_kernel() as kernel, serve(kernel, token="s3cret") as url:
+
+        async def status(target: str, **kw: Any) -> int:
+            try:
+                async with client(target, **kw) as c:
+                    await c.ask(text("t", "hi"))
+                    return 101
+            except InvalidStatus as exc:
+                return exc.response.status_code
+
+        async def go() -> list[int]:
+            return [
+                await status(url),
+                await status(url + "?token=wrong"),
+                await status(url + "?token=s3cret"),
+                await status(url + "?token=s3cret", origin="https://evil.example"),
+                await status(url.rstrip("/") + "/other?token=s3cret"),
+            ]
+
+        assert await in_asyncio(go) == [401, 401, 101, 403, 404]
