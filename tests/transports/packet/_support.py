@@ -14,6 +14,7 @@ from kernel.provider import Chunk, FinishChunk, ProviderRequest, TextChunk, Tool
 from kernel.settings import Settings
 from plugins.commands.builtin import BUILTIN_COMMANDS
 from plugins.providers.echo import EchoProvider
+from plugins.providers.openai import provider_factory as openai_factory
 from plugins.tools.builtin import BUILTIN_TOOLS
 from plugins.tools.memory import MEMORY_TOOLS
 
@@ -57,7 +58,7 @@ def kernel_factory(provider: Any = None, tools: Any = ALL_TOOLS) -> Any:
         settings.provider.default = "test" if provider is not None else "auto"
         return Kernel(
             settings,
-            providers={"test": lambda _s: provider, "echo": lambda _s: EchoProvider()},
+            providers={"test": lambda _s: provider, "echo": lambda _s: EchoProvider(), "openai": openai_factory},
             tools=tools,
             commands=BUILTIN_COMMANDS,
             store=SQLiteStore(settings.store.path),

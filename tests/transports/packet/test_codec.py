@@ -165,7 +165,7 @@ BODIES = JSON | st.dictionaries(KEYS, JSON, max_size=4)
 TYPES = st.sampled_from([*PacketType, *Mine, None, 3]) | st.text(max_size=15)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(TYPES, BODIES)
 def test_decode_never_raises(packet_type: Any, body: Any) -> None:
     result = decode(packet_type, body, **IDS)

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from anyio.from_thread import start_blocking_portal
 
 from kernel.settings import DEFAULT_TOOL_LIMITS, ENV_OVERRIDES
 from kernel.testing import ScriptedProvider, text_turn
+from tests.fakes.openai_server import Reply, fake_openai_server
 from transports.packet import BackendClient, BackendServer, Packet, PacketType
 from transports.packet.server import DEFAULT_BASE_URL, DEFAULT_MODEL
 
@@ -267,6 +269,23 @@ def test_settings_are_persisted_across_a_restart(tmp_path: Path, loop: str) -> N
         assert "notice" not in status["config"]
 
 
+def test_a_settings_change_waits_for_the_running_message(tmp_path: Path, loop: str) -> None:
+    """Applying settings rebuilds the providers: never under a turn that streams from one."""
+    script = [Reply(text="one two three four", chunks=4, delay_s=0.15)]
+    with start_blocking_portal(loop) as portal, portal.wrap_async_context_manager(fake_openai_server(script)) as fake:
+        with running(make_server(tmp_path, loop), api_key="sk-fake-key-1234", base_url=fake.base_url, model="m") as server:
+            client = BackendClient(server)
+            answers: list[dict[str, Any]] = []
+            worker = threading.Thread(target=lambda: answers.append(client.process_message("hi")))
+            worker.start()
+            wait_for_active_run(client)
+            assert client.update_settings(tool_limits={"memory_query_max": 3})["success"] is True
+            worker.join(10)
+            assert answers == [{"success": True, "data": {"success": True, "content": "one two three four", "tool_calls": [], "rejected_tools": []}}]
+            assert client.get_settings()["data"]["tool_limits"]["memory_query_max"] == 3
+            assert client.process_message("again")["data"]["content"] == "one two three four"
+
+
 def test_start_arguments_configure_the_model(tmp_path: Path, loop: str) -> None:
     with running(make_server(tmp_path, loop), api_key="sk-start-key-000011112222", model="deepseek-chat") as server:
         data = BackendClient(server).get_settings()["data"]
@@ -292,9 +311,16 @@ def test_history_is_capped_at_500(tmp_path: Path, loop: str) -> None:
         assert client.save_history([{"role": "robot", "content": "x"}])["success"] is False
 
 
-def test_send_before_start(tmp_path: Path, loop: str) -> None:
+def test_lifecycle(tmp_path: Path, loop: str) -> None:
     server = make_server(tmp_path, loop)
     assert server.process_message("hi") == {"success": False, "error": "the backend is not started: call start() first"}
+    with server:
+        assert server.running and server.process_message("hi")["data"]["content"] == "echo: hi"
+    assert not server.running and server.process_message("hi") == SHUT_DOWN
+    # The same object starts again and continues the stored conversation.
+    with running(server):
+        assert BackendClient(server).get_history() == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "echo: hi"}]
+    assert not any(t.name == "packet-backend" for t in threading.enumerate())
 
 
 MANY = (
