@@ -8,7 +8,6 @@ and where (``$.input.Image.data``), so a client author can fix the request.
 from __future__ import annotations
 
 import binascii
-import logging
 from typing import Any
 
 import msgspec
@@ -17,7 +16,6 @@ from kernel import model as m
 
 from . import wire
 
-log = logging.getLogger("gateway.agent_cli")
 
 _envelope = msgspec.json.Decoder(wire.Envelope)
 _probe = msgspec.json.Decoder(wire.IdProbe)

@@ -437,3 +437,24 @@ async def test_token_and_origin_checks_before_the_upgrade() -> None:
             ]
 
         assert await in_asyncio(go) == [401, 401, 101, 403, 404]
+
+
+async def test_idle_connection_is_closed_but_not_while_a_run_waits() -> None:
+    provider = ScriptedProvider([tool_turn("guarded", '{"a":1,"b":1}', call_id="g1"), text_turn("ok")])
+    async with running_kernel(provider, tools=TOOLS) as kernel, serve(kernel, idle_timeout_s=0.3) as url:
+
+        async def go() -> tuple[Any, int | None]:
+            async with client(url) as c:
+                await c.send(text("w", "go"))
+                await c.until(lambda f: "ToolConfirmationRequest" in f["response"])
+                await asyncio.sleep(0.8)  # idle, but a confirmation is pending: stays open
+                await c.send(confirm("yes", True, name="guarded"))
+                frames = await c.until_end("w")
+                try:
+                    await asyncio.wait_for(c.ws.recv(), 3)
+                except ConnectionClosed as exc:
+                    return frames, exc.rcvd.code if exc.rcvd else None
+                return frames, None
+
+        frames, code = await in_asyncio(go)
+    assert frames[-1]["response"] == {"Text": "ok"} and code == 1000
