@@ -206,6 +206,22 @@ class Kernel:
             self._task_group.start_soon(session.actor, name=f"session {session.id}")
             return session
 
+    async def unload_session(self, session_id: str, *, grace_s: float = 2.0) -> bool:
+        """Take a live session out of memory (its client left); the stored history stays.
+
+        Its runs, queued ones included, end as interrupted first. False when it was not loaded.
+        """
+        session = self.sessions.get(session_id)
+        if session is None:
+            return False
+        session.interrupt(closing=True)
+        with anyio.move_on_after(grace_s):
+            await session.wait_idle()
+        if self.sessions.get(session_id) is session:
+            del self.sessions[session_id]
+        session.close()
+        return True
+
     def _agent_or_default(self, agent_id: str) -> AgentSettings:
         try:
             return self.agent(agent_id)

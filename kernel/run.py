@@ -14,12 +14,12 @@ from contextlib import aclosing
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from .model import (
     ErrorInfo,
     FilePart,
-    ImagePart,
     KernelError,
     Message,
     RunFailed,
@@ -74,7 +74,6 @@ def user_message(parts: tuple[object, ...]) -> Message:
 
 async def execute_run(session: Session, run: ActiveRun) -> None:
     job = run.job
-    kernel = session.kernel
     ids = {"session_id": session.id, "run_id": job.run_id, "request_id": job.request_id}
     state = RunState()
     try:
@@ -148,9 +147,12 @@ async def _loop(session: Session, run: ActiveRun, state: RunState, ids: dict[str
     provider = kernel.provider_for(agent)
     tools = ToolRunner(session, run, state, ids) if options.use_tools else None
     max_iterations = options.max_tool_iterations or agent.max_tool_iterations
+    max_turns = session.max_turns if session.max_turns is not None else agent.max_turns
     for iteration in range(max_iterations + 1):
-        if agent.max_turns > 0 and session.turns >= agent.max_turns:
-            if not await _confirm_turns(session, run, ids):
+        # A run interrupted before its first model call must not reach the provider at all.
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        if max_turns > 0 and session.turns >= max_turns:
+            if not await _confirm_turns(session, run, ids, max_turns):
                 return "turn_limit"
         session.turns += 1
         state.iterations = iteration
@@ -241,8 +243,7 @@ async def _stream(
     return calls, finish
 
 
-async def _confirm_turns(session: Session, run: ActiveRun, ids: dict[str, str | None]) -> bool:
-    agent = session.agent
+async def _confirm_turns(session: Session, run: ActiveRun, ids: dict[str, str | None], max_turns: int) -> bool:
     question = Question(None)
     run.question = question
     session.state = "awaiting_turn_confirmation"
@@ -250,8 +251,8 @@ async def _confirm_turns(session: Session, run: ActiveRun, ids: dict[str, str | 
         TurnLimitReached(
             **ids,
             current_turns=session.turns,
-            max_turns=agent.max_turns,
-            reason=f"the session reached its limit of {agent.max_turns} model turns",
+            max_turns=max_turns,
+            reason=f"the session reached its limit of {max_turns} model turns",
         )
     )
     with anyio.move_on_after(session.kernel.settings.session.turn_confirmation_timeout_s):

@@ -87,6 +87,9 @@ class Session:
         self.turns = 0
         self.state: State = "idle"
         self.model_override: str | None = None
+        # Per-session overrides a transport may set (e.g. Agent-CLI's max_turns, approval timeout).
+        self.max_turns: int | None = None
+        self.approval_timeout_s: float | None = None
         self.tool_policy: dict[str, bool] = {}
         self.active: ActiveRun | None = None
         self.files = None  # a FileAccess override for this session (ACP's editor view)

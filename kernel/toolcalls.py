@@ -95,7 +95,9 @@ class ToolRunner:
         remembered = self.session.tool_policy.get(tool.name)
         if remembered is not None:
             return remembered, None
-        timeout = self.session.kernel.settings.session.approval_timeout_s
+        timeout = self.session.approval_timeout_s
+        if timeout is None:
+            timeout = self.session.kernel.settings.session.approval_timeout_s
         question = Question(call.id)
         self.active.question = question
         self.session.state = "awaiting_tool_approval"

@@ -109,3 +109,29 @@ async def test_kernel_exit_interrupts_running_work() -> None:
         await kernel.execute(m.Prompt(session_id="s", text="long"))
     events = await run_events(sub, timeout_s=1)
     assert isinstance(events[-1], m.RunFinished) and events[-1].interrupted
+
+
+async def test_per_session_overrides_and_unload() -> None:
+    from kernel.testing import ScriptedProvider, text_turn, tool_turn
+    from plugins.tools.builtin import BUILTIN_TOOLS
+
+    from .helpers import next_of, run_events
+
+    provider = ScriptedProvider([tool_turn("write_file", '{"path": "x", "content": "y"}'), text_turn("z")])
+    async with running_kernel(provider, tools=BUILTIN_TOOLS) as kernel:
+        session = await kernel.session("s")
+        session.max_turns = 1
+        session.approval_timeout_s = 0.05
+        sub = session.hub.subscribe()
+        await kernel.execute(m.Prompt(session_id="s", text="go"))
+        asked = await next_of(sub, m.ToolApprovalRequested)
+        assert asked.timeout_s == 0.05
+        reached = await next_of(sub, m.TurnLimitReached)
+        assert reached.max_turns == 1
+        await kernel.execute(m.ResolveTurnLimit(session_id="s", confirmed=False))
+        events = await run_events(sub)
+        assert isinstance(events[-1], m.RunFinished) and events[-1].stop_reason == "turn_limit"
+        assert await kernel.unload_session("s") and "s" not in kernel.sessions
+        assert not await kernel.unload_session("s")
+        history = await kernel.execute(m.GetHistory(session_id="s"))
+        assert [x.role for x in history.messages][0] == "user"  # reloaded from the store

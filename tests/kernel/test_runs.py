@@ -7,7 +7,7 @@ import pytest
 
 from kernel import KernelError, Tool, ToolFailure
 from kernel import model as m
-from kernel.provider import FinishChunk, TextChunk, ToolCallChunk, UsageChunk
+from kernel.provider import FinishChunk, TextChunk, ToolCallChunk
 from kernel.settings import AgentSettings, Settings
 from kernel.testing import ScriptedProvider, failing_turn, running_kernel, text_turn, tool_turn
 

@@ -272,17 +272,6 @@ class AgentCliCodec:
 
     # -------------------------------------------------------------- connection-level
 
-    def expire_approval(self, call_id: str) -> m.ResolveToolApproval | None:
-        """A confirmation left unanswered too long: the rejection to send to the kernel
-        (None if it was answered). The client learns it from the ``ToolResult`` that
-        follows; no error frame, since an error frame would end the request for it."""
-        approval = self.approvals.pop(call_id, None)
-        if approval is None:
-            return None
-        return m.ResolveToolApproval(
-            session_id=self.session_id, request_id=approval.request_id, call_id=call_id, approved=False, reason="approval timed out"
-        )
-
     def events_lost(self, reason: str) -> list[str]:
         """This connection missed events: end every open run with a ``connection_error``."""
         frames = [self.error(run.request_id, f"connection_error: {reason}") for run in self.runs.values()]

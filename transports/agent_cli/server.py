@@ -16,7 +16,6 @@ from functools import partial
 from typing import Literal
 
 import anyio
-import msgspec
 from anyio.abc import TaskGroup, TaskStatus
 
 from kernel import Kernel, KernelError, Subscription
@@ -101,10 +100,9 @@ async def _serve_connection(kernel: Kernel, config: AgentCliConfig, ws: WebSocke
         log.error("agent-cli: cannot open a session: %s", exc.message)
         await ws.close(CLOSE_INTERNAL_ERROR, "cannot open a session")
         return
-    if config.max_turns is not None:
-        # Workaround: the kernel has no per-session turn limit, so this session gets
-        # its own copy of the agent settings (reset if the settings are updated live).
-        session.agent = msgspec.structs.replace(session.agent, max_turns=config.max_turns)
+    session.max_turns = config.max_turns
+    if config.approval_timeout_s > 0:
+        session.approval_timeout_s = config.approval_timeout_s
     await _Connection(kernel, config, ws, session.id).run()
 
 
@@ -181,7 +179,7 @@ class _Connection:
     async def write_events(self, subscription: Subscription, tg: TaskGroup) -> None:
         """Forward events until the session's hub closes; resume after falling behind."""
         while True:
-            lagged = await self.forward(subscription, tg)
+            lagged = await self.forward(subscription)
             if lagged is None:
                 return
             subscription = await self.kernel.subscribe(self.session_id, after_seq=lagged.last_seq)
@@ -193,30 +191,16 @@ class _Connection:
             elif first:
                 await self.send(self.codec.on_events(first))
 
-    async def forward(self, subscription: Subscription, tg: TaskGroup) -> m.SubscriberLagged | None:
+    async def forward(self, subscription: Subscription) -> m.SubscriberLagged | None:
         async with subscription:
             async for event in subscription:
                 batch = [event, *subscription.receive_nowait()]
                 lagged = next((e for e in batch if isinstance(e, m.SubscriberLagged)), None)
-                if self.config.approval_timeout_s > 0:
-                    for e in batch:
-                        if isinstance(e, m.ToolApprovalRequested):
-                            tg.start_soon(self.expire_approval, e.call_id)
                 if not await self.send(self.codec.on_events(batch)):
                     return None
                 if lagged is not None:
                     return lagged
         return None
-
-    async def expire_approval(self, call_id: str) -> None:
-        await anyio.sleep(self.config.approval_timeout_s)
-        command = self.codec.expire_approval(call_id)
-        if command is None:
-            return
-        try:
-            await self.kernel.execute(command)
-        except KernelError as exc:  # the kernel's own timeout (or the run's end) came first
-            log.debug("agent-cli: approval expiry for %s: %s", call_id, exc.message)
 
     async def send(self, frames: list[str]) -> bool:
         for frame in frames:
@@ -235,11 +219,4 @@ class _Connection:
         session = self.kernel.sessions.get(self.session_id)
         if session is None or session.hub.subscriber_count > 0:
             return
-        session.interrupt(closing=True)  # the active run and every accepted one end as interrupted
-        with anyio.move_on_after(2.0):
-            await session.wait_idle()
-        if self.kernel.sessions.get(self.session_id) is session and session.hub.subscriber_count == 0:
-            # Workaround: the kernel has no "unload session" command; DeleteSession would also
-            # delete the stored history. This mirrors its unloading half.
-            del self.kernel.sessions[self.session_id]
-            session.close()
+        await self.kernel.unload_session(self.session_id)

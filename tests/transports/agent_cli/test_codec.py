@@ -309,15 +309,6 @@ def test_tool_confirmation_round_trip() -> None:
     assert again["error"] == "processing_error: no tool confirmation is pending"
 
 
-def test_approval_expiry() -> None:
-    c = codec()
-    started(c, stream=True)
-    frames(c, m.ToolApprovalRequested(**IDS, call_id="c1", name="add", arguments="{}"))
-    command = c.expire_approval("c1")
-    assert command == m.ResolveToolApproval(session_id=SID, request_id="r1", call_id="c1", approved=False, reason="approval timed out")
-    assert c.expire_approval("c1") is None
-
-
 def test_turn_confirmation_frames() -> None:
     c = codec()
     started(c, stream=False, rid="chat_123")
