@@ -40,7 +40,7 @@ ASGIApp = Any  # Callable[[scope, receive, send], Awaitable[None]]
 BACKLOG = 128
 #: hypercorn closes a socket (1009) above this; below it we only *report* oversize
 #: messages (see ``max_message_bytes``) so a dialect can answer and keep the socket.
-HARD_MESSAGE_FACTOR = 16
+HARD_MESSAGE_FACTOR = 4  # bounded: a frame is buffered whole before it is reported
 MIN_HARD_MESSAGE_BYTES = 1_048_576
 
 
