@@ -15,7 +15,7 @@ import anyio
 
 from kernel import Kernel, KernelError
 from kernel import model as m
-from transports.shared import Request, Response, Router, json_response, open_sse
+from transports.shared import Request, Response, Router, SSEStream, json_response, open_sse
 
 from . import codec
 from .codec import ApiError
@@ -239,7 +239,7 @@ class NativeApi:
             async with open_sse(request, keepalive_interval_s=self.keepalive_s, headers={"x-session-id": session_id}) as stream:
                 await self._pump(stream, follower, run_id)
 
-    async def _pump(self, stream: Any, follower: EventFollower, run_id: str | None) -> None:
+    async def _pump(self, stream: SSEStream, follower: EventFollower, run_id: str | None) -> None:
         """Forward events (all, or one run's until it ends) as SSE frames, batched."""
         while True:
             batch = await follower.next_batch()

@@ -296,7 +296,7 @@ def chat_bodies(noise: bool) -> st.SearchStrategy[dict[str, Any]]:
 BODY_TYPES = [codec.PromptBody, codec.SessionCreate, codec.ApprovalBody, codec.TurnLimitBody, codec.CommandBody, codec.ToolBody, codec.RegenerateBody, dict[str, Any]]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.binary(max_size=200), json_values.map(lambda v: json.dumps(v).encode())))
 def test_fuzz_native_decoders_never_raise(raw: bytes) -> None:
     for body_type in BODY_TYPES:
@@ -314,7 +314,7 @@ def test_fuzz_native_decoders_never_raise(raw: bytes) -> None:
     codec.wants_json(text)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(chat_bodies(False), chat_bodies(True)).map(lambda b: json.dumps(b).encode()) | st.binary(max_size=100))
 def test_fuzz_chat_codec_never_raises(raw: bytes) -> None:
     request = oc.decode_chat_request(raw)

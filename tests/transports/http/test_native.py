@@ -230,6 +230,7 @@ async def test_tool_approval_over_http() -> None:
 async def test_turn_limit_confirmation_over_http() -> None:
     async with native(ScriptedProvider([text_turn("one")]), agent=AgentSettings(name="Helper", max_turns=1)) as (_, http):
         session = await new_session(http)
+        assert_error(await http.post(f"/v1/sessions/{session}/turn-limit", json={"confirmed": True}), 400, "invalid_request")
         first = await http.post(f"/v1/sessions/{session}/prompt", json={"text": "a"}, headers={"accept": "application/json"})
         assert first.json()["stop_reason"] == "end_turn"
         events: list[SSE] = []

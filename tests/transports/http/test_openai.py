@@ -267,5 +267,7 @@ async def test_client_disconnect_interrupts_the_run() -> None:
             if count == 3:
                 break
         await stream.close()
+        started = anyio.current_time()
         assert await no_sessions_left(kernel)
+        assert anyio.current_time() - started < 2.5  # the run alone would need 4 s more
         assert provider.closed_streams == 1
