@@ -259,7 +259,7 @@ class TurnEncoder:
     see their own turns, as with OpenFang where every socket streams its own request.
     """
 
-    def __init__(self, mine: Collection[str], *, verbose: VerboseLevel = "full", window_tokens: int = 200_000) -> None:
+    def __init__(self, mine: set[str], *, verbose: VerboseLevel = "full", window_tokens: int = 200_000) -> None:
         self.mine = mine
         self.verbose: VerboseLevel = verbose
         self.window_tokens = window_tokens
@@ -311,7 +311,7 @@ class TurnEncoder:
             case m.RunFinished():
                 return self._finished(event)
             case m.RunFailed(error=error):
-                self._end(run_id, event.usage)
+                self._end(event)
                 return [Typing(state="stop"), ErrorOut(content=error.message)]
         return []
 
@@ -325,16 +325,20 @@ class TurnEncoder:
         info = ApprovalInfo(id=event.call_id, tool=event.name, input=_preview(event.arguments, INPUT_PREVIEW["full"]), timeout_s=event.timeout_s)
         return CommandResult(command="approval", message=message, approval=info)
 
-    def _end(self, run_id: str, usage: m.Usage) -> str:
+    def _end(self, event: m.RunFinished | m.RunFailed) -> str:
+        """Book-keeping at the end of a run; returns the text streamed for it."""
+        usage = event.usage
+        if event.request_id is not None:
+            self.mine.discard(event.request_id)  # bounded: only requests still running stay
         self.pending_approval = None
         self.awaiting_turns = False
         self.last_input_tokens = usage.input_tokens
         self.total_input_tokens += usage.input_tokens
         self.total_output_tokens += usage.output_tokens
-        return self.streamed.pop(run_id, "")
+        return self.streamed.pop(event.run_id, "")
 
     def _finished(self, event: m.RunFinished) -> list[ServerEvent]:
-        text = self._end(event.run_id, event.usage)
+        text = self._end(event)
         usage = event.usage
         if not event.interrupted and text.strip() == "NO_REPLY":
             return [Phase(phase="done"), Typing(state="stop"), SilentComplete(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)]

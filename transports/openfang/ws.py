@@ -84,7 +84,10 @@ class AgentSocket:
             async for event in self.ws:
                 match event:
                     case WsText(text=text):
-                        await self._on_text(text)
+                        try:
+                            await self._on_text(text)
+                        except KernelError as exc:  # e.g. the agent was removed from the settings
+                            await self.send(ErrorOut(content=exc.message))
                     case WsTooLarge(limit_bytes=limit):
                         await self.send(ErrorOut(content=f"Message too large (max {limit // 1024}KB)"))
                     case WsRateLimited(limit_per_minute=limit):

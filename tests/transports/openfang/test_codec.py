@@ -141,7 +141,8 @@ def test_plain_turn_sequence() -> None:
         E(m.RunStarted), E(m.TurnStarted, turn=1), E(m.TextDelta, text="Hel"), E(m.TextDelta, text="lo"),
         E(m.RunFinished, text="Hello", usage=m.Usage(input_tokens=12, output_tokens=34)),
     )
-    assert wire(events) == [
+    mine = {"r1"}
+    assert wire(events, TurnEncoder(mine)) == [
         {"type": "typing", "state": "start"},
         {"type": "phase", "phase": "streaming", "detail": None},
         {"type": "text_delta", "content": "Hel"},
@@ -150,6 +151,7 @@ def test_plain_turn_sequence() -> None:
         {"type": "typing", "state": "stop"},
         {"type": "response", "content": "Hello", "input_tokens": 12, "output_tokens": 34, "iterations": 0, "cost_usd": None, "context_pressure": "low"},
     ]
+    assert mine == set(), "a finished request is forgotten (the set stays bounded)"
 
 
 def test_tool_turn_sequence_and_verbose_levels() -> None:
