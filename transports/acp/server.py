@@ -27,7 +27,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from kernel import Kernel, KernelError, Subscription
 from kernel import model as m
 from kernel.files import WorkspaceFiles
-from transports.shared._lines import LineReader, LineTooLong, LineWriter
+from transports.shared import LineReader, LineTooLong, LineWriter
 
 from . import mapping
 from .codec import (

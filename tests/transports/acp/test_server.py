@@ -24,7 +24,7 @@ from kernel.testing import ScriptedProvider, failing_turn, running_kernel, text_
 from plugins.commands.builtin import BUILTIN_COMMANDS
 from plugins.tools.builtin import BUILTIN_TOOLS
 from transports.acp import AcpConfig, AcpTransport
-from transports.shared._lines import LineReader, LineWriter
+from transports.shared import LineReader, LineWriter
 
 pytestmark = pytest.mark.anyio
 
