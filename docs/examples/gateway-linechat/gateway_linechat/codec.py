@@ -79,6 +79,8 @@ class Invalid(msgspec.Struct, frozen=True):
 
 
 class Greeting(msgspec.Struct, frozen=True):
+    """The first response on a connection: who the client is talking to."""
+
     session_id: str
     agent: str
     model: str
@@ -109,8 +111,7 @@ class LinechatCodec:
 
     def __init__(self, session_id: str | None = None) -> None:
         self.session_id = session_id  # set once the connection has a session
-        self.pending: Literal["tool", "turn"] | None = None
-        self.in_run = False
+        self.pending: Literal["tool", "turn"] | None = None  # what /approve and /deny answer
         self._line_start = True
 
     # ------------------------------------------------------------ input
@@ -153,39 +154,38 @@ class LinechatCodec:
 
     def render(self, message: Output) -> str:
         """The text to write for one event, reply or local message ("" for nothing)."""
-        if isinstance(message, m.TextDelta):
-            return self._text(message.text)
-        if isinstance(message, m.RunStarted):
-            self.in_run = True
-        elif isinstance(message, m.ToolCallStarted):
-            return self._line(f"[tool {message.name}({one_line(message.arguments)})]")
-        elif isinstance(message, m.ToolApprovalRequested):
-            self.pending = "tool"
-            return self._line(f"[approve {message.name}({one_line(message.arguments)})? /approve or /deny]")
-        elif isinstance(message, m.TurnLimitReached):
-            self.pending = "turn"
-            return self._line(f"[turn limit {message.current_turns}/{message.max_turns}: /approve to go on, /deny to stop]")
-        elif isinstance(message, m.ToolResult):
-            self.pending = None
-            how = " denied" if message.rejected else " failed" if message.is_error else ""
-            return self._line(f"[result {message.name}{how}: {one_line(message.result)}]")
-        elif isinstance(message, m.RunFinished):
-            self.pending, self.in_run = None, False
-            stopped = "" if message.stop_reason == "end_turn" else self._line(f"[stopped: {message.stop_reason}]")
-            return stopped + self._end()
-        elif isinstance(message, m.RunFailed):
-            self.pending, self.in_run = None, False
-            return self._line(f"! {message.error.message}") + self._end()
-        elif isinstance(message, m.CommandOutput):
-            return self._block(message.output)
-        elif isinstance(message, Failure):
-            return self._line(f"! {one_line(message.message, 1000)}") + (self._end() if message.ends_response else "")
-        elif isinstance(message, Greeting):
-            return self._block(
-                f"linechat: session {message.session_id}, agent {message.agent} ({message.model}).\n"
-                "Type a prompt. /help lists commands; /stop interrupts; /approve or /deny answer a question."
-            )
-        return ""
+        match message:
+            case m.TextDelta():
+                return self._text(message.text)
+            case m.ToolCallStarted():
+                return self._line(f"[tool {message.name}({one_line(message.arguments)})]")
+            case m.ToolApprovalRequested():
+                self.pending = "tool"
+                return self._line(f"[approve {message.name}({one_line(message.arguments)})? /approve or /deny]")
+            case m.TurnLimitReached():
+                self.pending = "turn"
+                return self._line(f"[turn limit {message.current_turns}/{message.max_turns}: /approve to go on, /deny to stop]")
+            case m.ToolResult():
+                self.pending = None
+                how = " denied" if message.rejected else " failed" if message.is_error else ""
+                return self._line(f"[result {message.name}{how}: {one_line(message.result)}]")
+            case m.RunFinished():
+                self.pending = None
+                stopped = "" if message.stop_reason == "end_turn" else self._line(f"[stopped: {message.stop_reason}]")
+                return stopped + self._end()
+            case m.RunFailed():
+                self.pending = None
+                return self._line(f"! {message.error.message}") + self._end()
+            case m.CommandOutput():
+                return self._block(message.output)
+            case Failure():
+                return self._line(f"! {one_line(message.message, 1000)}") + (self._end() if message.ends_response else "")
+            case Greeting():
+                return self._block(
+                    f"linechat: session {message.session_id}, agent {message.agent} ({message.model}).\n"
+                    "Type a prompt. /help lists commands; /stop interrupts; /approve or /deny answer a question."
+                )
+        return ""  # run_started, turn_started, reasoning, accepted, ...: nothing to show
 
     def _text(self, text: str) -> str:
         """Model text as it streams. An empty line in it is sent as one space, so that

@@ -51,6 +51,7 @@ class LinechatTransport:
     ) -> None:
         token = resolve_token(config)  # config.token, else $GATEWAY_TOKEN
         validate_bind(config, token)  # refuses a non-loopback host without a token
+        kernel.agent(config.agent)  # an unknown agent fails now, not on every connection
         listener = await anyio.create_tcp_listener(local_host=config.host, local_port=config.port)
         async with listener:
             port = listener.extra(SocketAttribute.local_port)

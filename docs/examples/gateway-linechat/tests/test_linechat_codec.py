@@ -59,7 +59,7 @@ def test_a_run_renders_as_text_tool_lines_and_a_blank_line() -> None:
         "You rolled 8.\n"
         "\n"
     )
-    assert codec.pending is None and not codec.in_run
+    assert codec.pending is None
 
 
 def test_how_runs_end_badly() -> None:

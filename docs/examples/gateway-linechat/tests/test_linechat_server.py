@@ -10,7 +10,7 @@ from anyio.abc import SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from gateway_linechat import LinechatConfig, LinechatTransport
-from kernel import Kernel, SlashCommand, Tool
+from kernel import Kernel, KernelError, SlashCommand, Tool
 from kernel.testing import ScriptedProvider, running_kernel, text_turn, tool_turn
 from transports.shared import ConfigError
 
@@ -142,11 +142,13 @@ async def test_a_token_is_the_first_line_when_one_is_configured() -> None:
                 await client.line()
 
 
-async def test_refuses_to_listen_beyond_loopback_without_a_token(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_bad_settings_fail_before_listening(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GATEWAY_TOKEN", raising=False)
     async with running_kernel() as kernel:
-        with pytest.raises(ConfigError, match="without a token"):
+        with pytest.raises(ConfigError, match="refusing to bind to non-loopback host '0.0.0.0' without a token"):
             await LinechatTransport().serve(kernel, LinechatConfig(host="0.0.0.0", port=0))
+        with pytest.raises(KernelError, match="Agent not found: Nobody"):
+            await LinechatTransport().serve(kernel, LinechatConfig(port=0, agent="Nobody"))
 
 
 async def test_shutdown_says_goodbye_and_closes() -> None:
