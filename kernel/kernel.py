@@ -65,6 +65,7 @@ class Kernel:
         self.started_at = time.time()
         self.shutdown_grace_s = shutdown_grace_s
         self._providers: dict[str, Provider] = {}
+        self._retired_providers: list[Provider] = []
         self._task_group: TaskGroup | None = None
         self._session_lock = anyio.Lock()
         self._overrides: dict[str, Any] = {}
@@ -97,7 +98,7 @@ class Kernel:
             result = await self._task_group.__aexit__(*exc_info)
         finally:
             with anyio.CancelScope(shield=True):
-                for provider in self._providers.values():
+                for provider in [*self._providers.values(), *self._retired_providers]:
                     await provider.aclose()
                 await self.store.close()
         return result
@@ -355,10 +356,11 @@ class Kernel:
         new = validate(merge(to_data(self.settings), changes))
         self._overrides = merge(self._overrides, changes)
         await self.store.set_value(SETTINGS_KEY, msgspec.json.encode(self._overrides))
-        self.settings = new
-        old, self._providers = self._providers, {}
-        for provider in old.values():
-            await provider.aclose()
+        old, self.settings = self.settings, new
+        if old.provider != new.provider or old.agents != new.agents:
+            # Runs in flight keep streaming from the old instances; they close at exit.
+            self._retired_providers.extend(self._providers.values())
+            self._providers = {}
         for session in self.sessions.values():
             session.agent = self._agent_or_default(session.agent.agent_id())
 

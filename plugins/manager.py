@@ -22,7 +22,7 @@ from . import hookspecs
 log = logging.getLogger("gateway.plugins")
 
 ENTRY_POINT_GROUP = "gateway"
-BUILTIN_PLUGINS = ("plugins.builtins",)
+BUILTIN_PLUGINS = ("plugins.builtins", "plugins.memory_plugin")
 
 
 class PluginProblem(msgspec.Struct, frozen=True):

@@ -83,13 +83,7 @@ class PacketBackend:
                 return await self._message(request)
             if isinstance(request, (m.ExecuteTool, m.GetHistory, m.SaveHistory)):
                 await self.kernel.session(self.session_id, self.agent_id)
-            if isinstance(request, m.UpdateSettings):
-                # Kernel.update_settings closes the providers that running turns still
-                # use, so a change waits for the conversation's current message.
-                async with self._turns:
-                    reply = await self.kernel.execute(request)
-            else:
-                reply = await self.kernel.execute(request)
+            reply = await self.kernel.execute(request)
             if isinstance(reply, m.StatusReport):
                 return codec.ok(codec.status_data(reply, self.kernel.settings_view(), self.facts()))
             return codec.reply_answer(codec.packet_kind(packet_type) or "", reply)
