@@ -38,8 +38,7 @@ def _kernel(settings: Settings) -> Kernel:
     if UPSTREAM is None:
         settings.provider.default = "echo"
     kernel = packet.default_kernel_factory(settings)
-    for tool in MEMORY_TOOLS:
-        kernel.tools.setdefault(tool.name, tool)
+    assert {t.name for t in MEMORY_TOOLS} <= set(kernel.tools), "memory tools are a built-in plugin"
     if UPSTREAM is not None:
         kernel.provider_factories["openai"] = _redirect(kernel.provider_factories["openai"], UPSTREAM)
     return kernel
