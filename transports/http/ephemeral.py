@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Self
 
 import anyio
 import msgspec
@@ -105,7 +105,7 @@ class EphemeralChat:
         self._client_called = False
         self._marker = f"{_MARKER_PREFIX}{uuid.uuid4().hex}" if plan.continuation else None
 
-    async def __aenter__(self) -> EphemeralChat:
+    async def __aenter__(self) -> Self:
         try:
             self.session = await self.kernel.session(None, self.plan.agent_id, label=EPHEMERAL_LABEL)
             client_tools = {spec.name: self._client_tool(spec) for spec in self.plan.client_tools}
@@ -170,7 +170,9 @@ class EphemeralChat:
                         reason="answered by the http transport's openai_tool_approval policy",
                     ))
                 elif isinstance(event, m.TurnLimitReached):
-                    await self._answer(m.ResolveTurnLimit(session_id=self.session.id, confirmed=False, reason="OpenAI requests do not extend the turn limit"))
+                    await self._answer(m.ResolveTurnLimit(
+                        session_id=self.session.id, confirmed=False, reason="OpenAI requests do not extend the turn limit",
+                    ))
                 elif isinstance(event, m.ReasoningDelta):
                     self.reasoning.append(event.text)
                 elif isinstance(event, (m.RunFinished, m.RunFailed)):

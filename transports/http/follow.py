@@ -9,6 +9,8 @@ event reach the client (and its stream ends).
 
 from __future__ import annotations
 
+from typing import Self
+
 from kernel import Kernel, KernelError, Subscription
 from kernel import model as m
 
@@ -66,7 +68,7 @@ class EventFollower:
             self._sub.close()
             self._sub = None
 
-    async def __aenter__(self) -> EventFollower:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -15,7 +15,15 @@ import anyio
 
 from kernel import Kernel, KernelError
 from kernel import model as m
-from transports.shared import Request, Response, Router, SSEStream, json_response, open_sse
+from kernel.session import Session
+from transports.shared import (
+    Request,
+    Response,
+    Router,
+    SSEStream,
+    json_response,
+    open_sse,
+)
 
 from . import codec
 from .codec import ApiError
@@ -83,13 +91,15 @@ class NativeApi:
     async def _reply(self, command: m.Command, status: int = 200) -> Response:
         return json_response(status, await self._execute(command))
 
-    async def _session_id(self, request: Request) -> str:
+    async def _session(self, request: Request) -> Session:
         """The path's session, which must exist (loaded from the store if not live)."""
         try:
-            session = await self.kernel.session(request.path_params["session_id"], create=False)
+            return await self.kernel.session(request.path_params["session_id"], create=False)
         except KernelError as exc:
             _refuse(codec.kernel_error(exc))
-        return session.id
+
+    async def _session_id(self, request: Request) -> str:
+        return (await self._session(request)).id
 
     async def _body(self, request: Request, type: type[T], *, empty_ok: bool = False) -> T:
         return _ok(codec.decode(await request.body(), type, empty_ok=empty_ok))
@@ -149,8 +159,7 @@ class NativeApi:
         return await self._reply(command, 200 if existed else 201)
 
     async def get_session(self, request: Request) -> Response:
-        session_id = await self._session_id(request)
-        return json_response(200, m.SessionOpened(session=self.kernel.sessions[session_id].info()))
+        return json_response(200, m.SessionOpened(session=(await self._session(request)).info()))
 
     async def delete_session(self, request: Request) -> Response:
         return await self._reply(m.DeleteSession(session_id=request.path_params["session_id"]))
@@ -162,7 +171,9 @@ class NativeApi:
         session_id = await self._session_id(request)
         body = await self._body(request, codec.ApprovalBody)
         return await self._reply(
-            m.ResolveToolApproval(session_id=session_id, call_id=body.call_id, approved=body.approved, reason=body.reason, remember=body.remember)
+            m.ResolveToolApproval(
+                session_id=session_id, call_id=body.call_id, approved=body.approved, reason=body.reason, remember=body.remember
+            )
         )
 
     async def turn_limit(self, request: Request) -> Response:
@@ -195,7 +206,8 @@ class NativeApi:
         session_id = await self._session_id(request)
         body = await self._body(request, codec.RegenerateBody, empty_ok=True)
         request_id = body.request_id or request.headers.get("x-request-id")
-        return await self._run(request, session_id, m.Regenerate(session_id=session_id, request_id=request_id, options=body.options))
+        command = m.Regenerate(session_id=session_id, request_id=request_id, options=body.options)
+        return await self._run(request, session_id, command)
 
     async def _run(self, request: Request, session_id: str, command: m.Prompt | m.Regenerate) -> Response | None:
         async with await EventFollower.open(self.kernel, session_id) as follower:
@@ -220,24 +232,30 @@ class NativeApi:
         if timer.cancelled_caught:
             interrupt_run(self.kernel, session_id, run_id)
             return _error_response(
-                ApiError(status=504, code="timeout", message=f"The run did not end within {self.run_timeout_s:g}s; it was interrupted", details={"run_id": run_id})
+                ApiError(
+                    status=504, code="timeout", details={"run_id": run_id},
+                    message=f"The run did not end within {self.run_timeout_s:g}s; it was interrupted",
+                )
             )
         outcome = collector.outcome()
         if isinstance(outcome, ApiError):
             return _error_response(outcome)
         return json_response(200, outcome)
 
-    async def events(self, request: Request) -> None:
+    async def events(self, request: Request) -> Response | None:
         session_id = await self._session_id(request)
+        if request.method == "HEAD":  # a stream has no end to measure
+            return Response(200, content_type="text/event-stream")
         after = _ok(codec.resume_after(request.headers.get("last-event-id"), request.query.get("after")))
         run_id = request.query.get("run_id") or None
         try:
             follower = await EventFollower.open(self.kernel, session_id, after)
         except KernelError as exc:
             _refuse(codec.kernel_error(exc))
-        async with follower:
-            async with open_sse(request, keepalive_interval_s=self.keepalive_s, headers={"x-session-id": session_id}) as stream:
-                await self._pump(stream, follower, run_id)
+        headers = {"x-session-id": session_id}
+        async with follower, open_sse(request, keepalive_interval_s=self.keepalive_s, headers=headers) as stream:
+            await self._pump(stream, follower, run_id)
+        return None
 
     async def _pump(self, stream: SSEStream, follower: EventFollower, run_id: str | None) -> None:
         """Forward events (all, or one run's until it ends) as SSE frames, batched."""

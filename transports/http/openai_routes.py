@@ -22,15 +22,12 @@ from transports.shared import Request, Response, Router, json_response, open_sse
 from .ephemeral import EphemeralChat
 from .openai_codec import (
     ChatPlan,
-    ChunkEncoder,
     OpenAIError,
-    completion,
     decode_chat_request,
-    find_model,
     from_error_info,
-    model_list,
     plan_chat,
 )
+from .openai_encode import ChunkEncoder, completion, find_model, model_list
 from .sse import wait_disconnect, write_frames
 
 _OUTPUT = (m.TextDelta, m.ReasoningDelta, m.RunFinished, m.RunFailed)
@@ -110,7 +107,10 @@ class OpenAIApi:
 
     def _timeout(self) -> Response:
         return _error(
-            OpenAIError(status=504, message=f"The model did not answer within {self.run_timeout_s:g}s", type="server_error", code="timeout")
+            OpenAIError(
+                status=504, type="server_error", code="timeout",
+                message=f"The model did not answer within {self.run_timeout_s:g}s",
+            )
         )
 
     async def _complete(self, request: Request, chat: EphemeralChat, plan: ChatPlan, completion_id: str) -> Response:
@@ -135,7 +135,9 @@ class OpenAIApi:
             return _client_gone() if why == "gone" else self._timeout()
         if isinstance(chat.end, m.RunFailed) and not any(isinstance(e, (m.TextDelta, m.ReasoningDelta)) for e in pending):
             return _error(from_error_info(chat.end.error))
-        encoder = ChunkEncoder(completion_id=completion_id, created=int(time.time()), model=plan.response_model, include_usage=plan.include_usage)
+        encoder = ChunkEncoder(
+            completion_id=completion_id, created=int(time.time()), model=plan.response_model, include_usage=plan.include_usage
+        )
         async with open_sse(request, keepalive_interval_s=self.keepalive_s, headers={"x-request-id": completion_id}) as stream:
             frames = [encoder.opening()]
             batch = pending

@@ -22,8 +22,8 @@ from anyio.abc import TaskStatus
 from kernel import Kernel
 from transports.shared import (
     ConfigError,
-    HttpError,
     Headers,
+    HttpError,
     Router,
     ServerConfig,
     SlidingWindowLimiter,
@@ -158,7 +158,9 @@ class HttpTransport:
     description = "REST + SSE of native kernel events; OpenAI-compatible /v1/chat/completions and /v1/models"
     Config = HttpConfig
 
-    async def serve(self, kernel: Kernel, config: HttpConfig, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def serve(
+        self, kernel: Kernel, config: HttpConfig, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         check_config(config)
         app = HttpApp(kernel, config)
         async with anyio.create_task_group() as tg:

@@ -65,8 +65,7 @@ class SSEParser:
             self.comments.append(line[1:].strip())
             return None
         name, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
+        value = value.removeprefix(" ")
         if name == "data":
             self._data.append(value)
         elif name == "event":

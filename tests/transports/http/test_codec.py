@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from kernel import model as m
 from transports.http import codec
 from transports.http import openai_codec as oc
+from transports.http import openai_encode as oe
 from transports.shared import HttpError
 
 AGENTS = [
@@ -191,7 +192,7 @@ def test_plan_errors_name_the_param() -> None:
 
 
 def test_chunk_encoder_transcript() -> None:
-    encoder = oc.ChunkEncoder(completion_id="chatcmpl-1", created=5, model="Helper", include_usage=True)
+    encoder = oe.ChunkEncoder(completion_id="chatcmpl-1", created=5, model="Helper", include_usage=True)
     head = '{"id":"chatcmpl-1","object":"chat.completion.chunk","created":5,"model":"Helper","system_fingerprint":null,"choices":'
     assert encoder.opening() == f'data: {head}[{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}],"usage":null}}\n\n'.encode()
     ids = {"session_id": "s", "run_id": "r"}
@@ -208,7 +209,7 @@ def test_chunk_encoder_transcript() -> None:
          "choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3}},
     ]
     assert frames[-1] == b"data: [DONE]\n\n"
-    plain = oc.ChunkEncoder(completion_id="x", created=1, model="m", include_usage=False)
+    plain = oe.ChunkEncoder(completion_id="x", created=1, model="m", include_usage=False)
     assert "usage" not in json.loads(plain.opening()[6:])
     closing = plain.closing(msgspec.structs.replace(finished, stop_reason="max_tokens"), [])
     assert json.loads(closing[0][6:])["choices"][0]["finish_reason"] == "length" and len(closing) == 2
@@ -218,7 +219,7 @@ def test_chunk_encoder_transcript() -> None:
 
 def test_completion_body_and_models() -> None:
     finished = m.RunFinished(session_id="s", run_id="r", text="", usage=m.Usage(input_tokens=1, output_tokens=1))
-    body = msgspec.to_builtins(oc.completion(
+    body = msgspec.to_builtins(oe.completion(
         completion_id="c", created=3, model="M", finished=finished, reasoning="", client_calls=[m.ToolCall(id="i", name="f", arguments="{}")]
     ))
     assert body == {
@@ -228,10 +229,10 @@ def test_completion_body_and_models() -> None:
                      "logprobs": None, "finish_reason": "tool_calls"}],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}, "system_fingerprint": None,
     }
-    models = msgspec.to_builtins(oc.model_list(AGENTS, 9))
+    models = msgspec.to_builtins(oe.model_list(AGENTS, 9))
     assert [(d["id"], d["owned_by"]) for d in models["data"]] == [("Helper", "gateway"), ("Coder", "gateway"), ("gpt-4o-mini", "openai"), ("echo", "echo")]
-    assert isinstance(oc.find_model(AGENTS, 9, "id-1"), oc.ModelInfo)
-    missing = oc.find_model(AGENTS, 9, "zzz")
+    assert isinstance(oe.find_model(AGENTS, 9, "id-1"), oe.ModelInfo)
+    missing = oe.find_model(AGENTS, 9, "zzz")
     assert isinstance(missing, oc.OpenAIError) and (missing.status, missing.code) == (404, "model_not_found")
 
 

@@ -15,7 +15,15 @@ from kernel.settings import AgentSettings, OpenAISettings, ProviderSettings, Set
 from kernel.testing import ScriptedProvider, running_kernel, text_turn, tool_turn
 from plugins.commands.builtin import BUILTIN_COMMANDS
 
-from ._helpers import ADD_TOOL, DANGER_TOOL, SSE, SSEParser, client, http_server, sse_events
+from ._helpers import (
+    ADD_TOOL,
+    DANGER_TOOL,
+    SSE,
+    SSEParser,
+    client,
+    http_server,
+    sse_events,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -60,7 +68,7 @@ def assert_error(response: httpx.Response, status: int, code: str) -> None:
 
 
 async def test_read_only_endpoints() -> None:
-    async with native() as (kernel, http):
+    async with native() as (_, http):
         assert (await http.get("/health", headers={"authorization": ""})).json()["status"] == "ok"
         status = (await http.get("/v1/status")).json()
         assert status["type"] == "status" and status["agents"] == 1
@@ -73,7 +81,7 @@ async def test_read_only_endpoints() -> None:
 
 
 async def test_session_lifecycle() -> None:
-    async with native() as (kernel, http):
+    async with native() as (_, http):
         first = await new_session(http, agent="Helper", label="mine")
         custom = await new_session(http, session_id="my-session.1")
         assert custom == "my-session.1"
@@ -184,6 +192,8 @@ async def test_events_stream_follows_the_session() -> None:
         assert events[0].event == "run_started" and events[-1].json()["run_id"] == posted.json()["run_id"]
         assert_error(await http.get(f"/v1/sessions/{session}/events", params={"after": "abc"}), 400, "invalid_request")
         assert_error(await http.get("/v1/sessions/nope/events"), 404, "not_found")
+        head = await http.head(f"/v1/sessions/{session}/events")
+        assert head.status_code == 200 and head.headers["content-type"] == "text/event-stream"
 
 
 async def test_interrupt_while_streaming() -> None:

@@ -13,7 +13,13 @@ import pytest
 
 from kernel import Kernel
 from kernel.settings import AgentSettings, Settings
-from kernel.testing import ScriptedProvider, failing_turn, running_kernel, text_turn, tool_turn
+from kernel.testing import (
+    ScriptedProvider,
+    failing_turn,
+    running_kernel,
+    text_turn,
+    tool_turn,
+)
 
 from ._helpers import ADD_TOOL, DANGER_TOOL, client, http_server
 
@@ -34,13 +40,15 @@ WEATHER_TOOL = {
 @asynccontextmanager
 async def gateway(provider: ScriptedProvider, **config: Any) -> AsyncIterator[tuple[Kernel, str, openai.AsyncOpenAI]]:
     settings = Settings(agents=[AgentSettings(name=AGENT, system_prompt="agent prompt"), AgentSettings(name="Other", model="other-model")])
-    async with running_kernel(provider, settings=settings, tools=[ADD_TOOL, DANGER_TOOL]) as kernel:
-        async with http_server(kernel, token=TOKEN, **config) as url:
-            sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=TOKEN, max_retries=0, timeout=20.0)
-            try:
-                yield kernel, url, sdk
-            finally:
-                await sdk.close()
+    async with (
+        running_kernel(provider, settings=settings, tools=[ADD_TOOL, DANGER_TOOL]) as kernel,
+        http_server(kernel, token=TOKEN, **config) as url,
+    ):
+        sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=TOKEN, max_retries=0, timeout=20.0)
+        try:
+            yield kernel, url, sdk
+        finally:
+            await sdk.close()
 
 
 async def no_sessions_left(kernel: Kernel) -> bool:
@@ -128,6 +136,14 @@ async def test_tool_needing_approval_is_rejected_by_default_policy() -> None:
         assert answer.choices[0].message.content == "ok"
         tool_message = next(msg for msg in provider.requests[-1].messages if msg.role == "tool")
         assert "rejected" in tool_message.content
+
+
+async def test_approval_policy_approve_runs_the_tool() -> None:
+    provider = ScriptedProvider([tool_turn("danger", "{}", call_id="call_d"), text_turn("ok")])
+    async with gateway(provider, openai_tool_approval="approve") as (_, _, sdk):
+        await sdk.chat.completions.create(model=AGENT, messages=[{"role": "user", "content": "do it"}])
+        tool_message = next(msg for msg in provider.requests[-1].messages if msg.role == "tool")
+        assert tool_message.content == "done"
 
 
 async def test_client_tools_are_returned_as_tool_calls_and_continued() -> None:

@@ -114,13 +114,12 @@ async def test_shutdown_ends_open_event_streams() -> None:
         session = await kernel.session()
         async with anyio.create_task_group() as tg:
             url = await tg.start(HttpTransport().serve, kernel, HttpConfig(port=0, sse_keepalive_s=0.05))
-            async with client(url) as http:
-                async with http.stream("GET", f"/v1/sessions/{session.id}/events") as response:
-                    assert response.status_code == 200
-                    tg.cancel_scope.cancel()
-                    with anyio.fail_after(5):
-                        async for _ in sse_events(response):
-                            pass  # ends when the server goes away
+            async with client(url) as http, http.stream("GET", f"/v1/sessions/{session.id}/events") as response:
+                assert response.status_code == 200
+                tg.cancel_scope.cancel()
+                with anyio.fail_after(5):
+                    async for _ in sse_events(response):
+                        pass  # ends when the server goes away
 
 
 async def test_keepalive_comments_on_idle_streams() -> None:
