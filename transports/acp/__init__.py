@@ -2,6 +2,7 @@
 
 from .codec import JsonRpcCodec
 from .files import EditorFiles
-from .server import AcpConfig, AcpTransport
+from .server import AcpTransport
+from .state import AcpConfig
 
 __all__ = ["AcpConfig", "AcpTransport", "EditorFiles", "JsonRpcCodec"]

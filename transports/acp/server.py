@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-import msgspec
 from anyio.abc import TaskGroup, TaskStatus
 
 from kernel import Kernel, KernelError, Subscription
@@ -29,7 +28,7 @@ from kernel import model as m
 from kernel.files import WorkspaceFiles
 from transports.shared import LineReader, LineTooLong, LineWriter
 
-from . import mapping
+from . import mapping, updates
 from .codec import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -47,7 +46,6 @@ from .codec import (
     Reject,
     Request,
     Response,
-    RpcError,
     RpcFailure,
     SessionParams,
     SetModelParams,
@@ -56,19 +54,9 @@ from .codec import (
     negotiate_version,
 )
 from .files import EditorFiles
+from .state import AcpConfig, Answer, EditorRequests, OpenPrompt, SessionState
 
 log = logging.getLogger("gateway.acp")
-
-
-class AcpConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    agent: str | None = None
-    max_line_bytes: int = 16_777_216
-    eof_grace_s: float = 10.0
-    permission_timeout_s: float = 300.0
-    fs_timeout_s: float = 30.0
-    context_window_tokens: int = 128_000
-    default_mode: str = "default"
-    max_concurrent_requests: int = 64
 
 
 class AcpTransport:
@@ -90,61 +78,20 @@ class AcpTransport:
             writer.close()
 
 
-class _Prompt:
-    """An open ``session/prompt``: answered once, when its run ends."""
-
-    def __init__(self, request_id: str, session_id: str) -> None:
-        self.request_id = request_id
-        self.session_id = session_id
-        self.run_id: str | None = None
-        self.cancelled = False
-        self.end: m.RunFinished | m.RunFailed | None = None
-        self.done = anyio.Event()
-
-    def finish(self, end: m.RunFinished | m.RunFailed | None) -> None:
-        if not self.done.is_set():
-            self.end = end
-            self.done.set()
-
-
-class _Session:
-    def __init__(self, session_id: str, cwd: str, mode: str, context_window: int) -> None:
-        self.id = session_id
-        self.cwd = cwd
-        self.mode = mode
-        self.stream = mapping.SessionStream(cwd, context_window)
-        self.prompts: set[_Prompt] = set()
-        self.permissions: set[int] = set()
-        self.files: EditorFiles | None = None
-
-
-class _Outgoing:
-    def __init__(self) -> None:
-        self.done = anyio.Event()
-        self.result: Any = None
-        self.error: RpcError | None = None
-
-
-class _Answer:
-    """A handler's result plus notifications that must follow the response."""
-
-    def __init__(self, result: Any, after: list[bytes] | None = None) -> None:
-        self.result = result
-        self.after = after or []
-
-
 class AcpConnection:
+    """One editor on the other end of stdin/stdout, for the life of the process."""
+
     def __init__(self, kernel: Kernel, config: AcpConfig, writer: LineWriter) -> None:
         self.kernel = kernel
         self.config = config
         self.writer = writer
         self.codec = JsonRpcCodec()
         self.capabilities = InitializeParams().client_capabilities
-        self.sessions: dict[str, _Session] = {}
-        self.prompts: dict[str, _Prompt] = {}
-        self.outgoing: dict[int, _Outgoing] = {}
-        self.closed = False
+        self.sessions: dict[str, SessionState] = {}
+        self.prompts: dict[str, OpenPrompt] = {}
+        self.editor = EditorRequests(self.codec, self.write)
         self.inflight = 0
+        self._stdout_gone = False
         self._prefix = f"acp-{uuid.uuid4().hex[:8]}"
         self._counter = itertools.count()
         self._tg: TaskGroup | None = None
@@ -192,10 +139,7 @@ class AcpConnection:
             else:
                 log.debug("ignoring notification %s", message.method)
         elif isinstance(message, Response):
-            pending = self.outgoing.get(message.id)  # type: ignore[arg-type]
-            if pending is not None:
-                pending.result, pending.error = message.result, message.error
-                pending.done.set()
+            self.editor.resolve(message)
         elif isinstance(message, Reject):
             await self.write([message.reply])
         elif isinstance(message, Ignored):
@@ -214,7 +158,7 @@ class AcpConnection:
             if method is None:
                 raise RpcFailure(METHOD_NOT_FOUND, f"Method not found: {request.method}")
             answer = await method(request)
-            if isinstance(answer, _Answer):
+            if isinstance(answer, Answer):
                 return [self.codec.result(request.id, answer.result), *answer.after]
             return [self.codec.result(request.id, answer)]
         except RpcFailure as failure:
@@ -229,41 +173,12 @@ class AcpConnection:
         try:
             await self.writer.write_lines(lines)
         except (BrokenPipeError, ConnectionResetError):
-            log.info("acp: stdout closed by the editor")
+            if not self._stdout_gone:
+                self._stdout_gone = True
+                log.info("acp: stdout closed by the editor; further output is dropped")
 
-    def update(self, session_id: str, update: mapping.Update) -> bytes:
-        return self.codec.notification("session/update", mapping.SessionNotification(session_id, update))
-
-    # -------------------------------------------------------------- requests to the editor
-
-    async def request(self, method: str, params: Any, *, timeout_s: float, track: set[int] | None = None) -> Any:
-        """Send a request to the editor and wait for its result; EditorError or TimeoutError."""
-        if self.closed:
-            raise EditorError(RpcError(code=INTERNAL_ERROR, message="the editor closed the connection"))
-        rid, line = self.codec.request(method, params)
-        pending = self.outgoing[rid] = _Outgoing()
-        if track is not None:
-            track.add(rid)
-        try:
-            await self.write([line])
-            with anyio.fail_after(timeout_s):
-                await pending.done.wait()
-        finally:
-            self.outgoing.pop(rid, None)
-            self.codec.forget(rid)
-            if track is not None:
-                track.discard(rid)
-        if pending.error is not None:
-            raise EditorError(pending.error)
-        return pending.result
-
-    def abandon_requests(self, ids: set[int] | None, message: str) -> None:
-        """Settle the gateway's open requests as failed (cancelled prompt, closed editor)."""
-        for rid in list(self.outgoing if ids is None else ids):
-            pending = self.outgoing.get(rid)
-            if pending is not None and not pending.done.is_set():
-                pending.error = RpcError(code=INTERNAL_ERROR, message=message)
-                pending.done.set()
+    def update(self, session_id: str, update: updates.Update) -> bytes:
+        return self.codec.notification("session/update", updates.SessionNotification(session_id, update))
 
     # -------------------------------------------------------------- methods
 
@@ -281,7 +196,7 @@ class AcpConnection:
         session = await self.kernel.session(None, self.config.agent)
         state = await self.attach(session.id, params.cwd)
         commands = await self.commands_update(state)
-        return _Answer({"sessionId": session.id, "modes": mapping.mode_state(state.mode)}, [commands])
+        return Answer({"sessionId": session.id, "modes": mapping.mode_state(state.mode)}, [commands])
 
     async def load_session(self, request: Request) -> Any:
         params = decode_params(request.params, LoadSessionParams)
@@ -296,7 +211,7 @@ class AcpConnection:
         await self.write(replay)
         state = await self.attach(session.id, params.cwd)
         commands = await self.commands_update(state)
-        return _Answer(None, [commands])
+        return Answer(None, [commands])
 
     async def prompt(self, request: Request) -> Any:
         params = decode_params(request.params, PromptParams)
@@ -306,7 +221,7 @@ class AcpConnection:
         command = mapping.slash_command(parts, self.kernel.commands)
         if command is not None:
             return await self.run_command(state, request_id, *command)
-        prompt = _Prompt(request_id, state.id)
+        prompt = OpenPrompt(request_id, state.id)
         self.prompts[request_id] = prompt
         state.prompts.add(prompt)
         try:
@@ -323,17 +238,17 @@ class AcpConnection:
             raise mapping.kernel_failure(end.error)
         return {"stopReason": mapping.stop_reason(end), "usage": mapping.usage_result(end.usage)}
 
-    async def run_command(self, state: _Session, request_id: str, name: str, args: str) -> Any:
+    async def run_command(self, state: SessionState, request_id: str, name: str, args: str) -> Any:
         reply = await self.kernel.execute(m.RunCommand(session_id=state.id, request_id=request_id, name=name, args=args))
         if isinstance(reply, m.CommandOutput) and reply.output:
-            await self.write([self.update(state.id, mapping.AgentMessageChunk(content=mapping.Text(reply.output)))])
+            await self.write([self.update(state.id, updates.AgentMessageChunk(content=updates.Text(reply.output)))])
         return {"stopReason": "end_turn"}
 
     async def set_mode(self, request: Request) -> Any:
         params = decode_params(request.params, SetModeParams)
         state = self.session_state(params.session_id)
         state.mode = mapping.check_mode(params.mode_id)
-        return _Answer({}, [self.update(state.id, mapping.CurrentModeUpdate(current_mode_id=state.mode))])
+        return Answer({}, [self.update(state.id, updates.CurrentModeUpdate(current_mode_id=state.mode))])
 
     async def set_model(self, request: Request) -> Any:
         params = decode_params(request.params, SetModelParams)
@@ -359,7 +274,7 @@ class AcpConnection:
             return
         for prompt in state.prompts:
             prompt.cancelled = True
-        self.abandon_requests(set(state.permissions), "the prompt was cancelled")
+        self.editor.abandon(set(state.permissions), "the prompt was cancelled")
         if any(p.run_id is not None and not p.done.is_set() for p in state.prompts):
             await self.interrupt(state.id)
 
@@ -371,7 +286,7 @@ class AcpConnection:
 
     # -------------------------------------------------------------- sessions
 
-    def session_state(self, session_id: str) -> _Session:
+    def session_state(self, session_id: str) -> SessionState:
         state = self.sessions.get(session_id)
         if state is None:
             raise RpcFailure(
@@ -381,13 +296,13 @@ class AcpConnection:
             )
         return state
 
-    async def attach(self, session_id: str, cwd: str) -> _Session:
+    async def attach(self, session_id: str, cwd: str) -> SessionState:
         """Follow a session's events and, when the editor offers it, serve its files."""
         state = self.sessions.get(session_id)
         if state is not None:
             state.cwd = state.stream.cwd = cwd
         else:
-            state = self.sessions[session_id] = _Session(session_id, cwd, self.config.default_mode, self.config.context_window_tokens)
+            state = self.sessions[session_id] = SessionState(session_id, cwd, self.config.default_mode, self.config.context_window_tokens)
             subscription = await self.kernel.subscribe(session_id)
             assert self._tg is not None
             self._tg.start_soon(self.forward, state, subscription)
@@ -396,7 +311,7 @@ class AcpConnection:
         if session is not None and (fs.read_text_file or fs.write_text_file):
             settings = self.kernel.settings.tools
             state.files = EditorFiles(
-                self,
+                self.editor,
                 session_id,
                 cwd,
                 can_read=fs.read_text_file,
@@ -407,14 +322,14 @@ class AcpConnection:
             session.files = state.files
         return state
 
-    async def commands_update(self, state: _Session) -> bytes:
+    async def commands_update(self, state: SessionState) -> bytes:
         reply = await self.kernel.execute(m.ListCommands(session_id=state.id))
         commands = reply.commands if isinstance(reply, m.CommandList) else ()
         return self.update(state.id, mapping.available_commands(commands))
 
     # -------------------------------------------------------------- events
 
-    async def forward(self, state: _Session, subscription: Subscription) -> None:
+    async def forward(self, state: SessionState, subscription: Subscription) -> None:
         """Write the session's events as updates; resume after a lag; settle prompts at the end."""
         last_lag: int | None = None
         while True:
@@ -435,12 +350,23 @@ class AcpConnection:
                 subscription = await self.kernel.subscribe(state.id, after_seq=after)
             except KernelError:
                 break
+            if after is None:
+                self.settle_lost_runs(state)
         for prompt in list(state.prompts):
             prompt.finish(None)
 
-    async def deliver(self, state: _Session, events: list[m.Event]) -> None:
+    def settle_lost_runs(self, state: SessionState) -> None:
+        """Events were lost for good: answer prompts whose run is over (it cannot be told how)."""
+        session = self.kernel.sessions.get(state.id)
+        active = session.active.job.run_id if session is not None and session.active is not None else None
+        for prompt in list(state.prompts):
+            if prompt.run_id is not None and prompt.run_id != active:
+                log.warning("acp: the end of run %s was lost; answering its prompt as cancelled", prompt.run_id)
+                prompt.finish(None)
+
+    async def deliver(self, state: SessionState, events: list[m.Event]) -> None:
         lines: list[bytes] = []
-        ended: list[tuple[_Prompt, m.RunFinished | m.RunFailed]] = []
+        ended: list[tuple[OpenPrompt, m.RunFinished | m.RunFailed]] = []
         for event in events:
             prompt = self.prompts.get(event.request_id or "") if isinstance(event, _RUN_EVENTS) else None
             if isinstance(event, m.RunStarted) and prompt is not None:
@@ -464,7 +390,7 @@ class AcpConnection:
         assert self._tg is not None
         self._tg.start_soon(fn, *args)
 
-    def needs_approval(self, state: _Session, event: m.ToolCallStarted) -> bool:
+    def needs_approval(self, state: SessionState, event: m.ToolCallStarted) -> bool:
         """Whether the kernel will ask before this call (only decides the status shown)."""
         session = self.kernel.sessions.get(state.id)
         tool = self.kernel.tools.get(event.name)
@@ -474,14 +400,14 @@ class AcpConnection:
             return not session.tool_policy[event.name]  # remembered: no question, runs or fails at once
         return state.mode == "ask" or session.agent.ask_before_tool_execution or tool.requires_approval
 
-    async def ask_permission(self, state: _Session, event: m.ToolApprovalRequested, prompt: _Prompt) -> None:
+    async def ask_permission(self, state: SessionState, event: m.ToolApprovalRequested, prompt: OpenPrompt) -> None:
         tool = self.kernel.tools.get(event.name)
         params = mapping.permission_request(
             state.id, event, state.cwd, category=tool.category if tool else "general", access=tool.access if tool else "query"
         )
         timeout = min(self.config.permission_timeout_s, event.timeout_s or math.inf)
         try:
-            result = await self.request("session/request_permission", params, timeout_s=timeout, track=state.permissions)
+            result = await self.editor.request("session/request_permission", params, timeout_s=timeout, track=state.permissions)
             approved, remember, reason = mapping.permission_decision(result)
         except (EditorError, TimeoutError) as exc:
             approved, remember, reason = False, False, f"no answer from the editor: {exc or 'timed out'}"
@@ -506,8 +432,7 @@ class AcpConnection:
 
     async def drain_at_eof(self) -> None:
         """The editor is gone: fail its open requests, let runs finish (bounded), interrupt the rest."""
-        self.closed = True
-        self.abandon_requests(None, "the editor closed the connection")
+        self.editor.close()
         sessions = [self.kernel.sessions[s] for s in self.sessions if s in self.kernel.sessions]
         busy = [s for s in sessions if s.busy]
         if busy:

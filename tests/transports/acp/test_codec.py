@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel import model as m
-from transports.acp import mapping
+from transports.acp import mapping, updates
 from transports.acp.codec import (
     Ignored,
     InitializeParams,
@@ -26,12 +26,13 @@ from transports.acp.codec import (
     RpcError,
     RpcFailure,
     SessionParams,
-    SetModeParams,
     SetModelParams,
+    SetModeParams,
     TextBlock,
     decode_params,
     negotiate_version,
 )
+
 
 def wire(value: Any) -> Any:
     """What the value looks like on the wire, as plain JSON data."""
@@ -70,7 +71,7 @@ def test_transcript_client_lines_decode() -> None:
 
 def test_transcript_agent_lines_encode_exactly() -> None:
     codec = JsonRpcCodec()
-    update = mapping.SessionNotification("S", mapping.AgentMessageChunk(content=mapping.Text("echo: ")))
+    update = updates.SessionNotification("S", updates.AgentMessageChunk(content=updates.Text("echo: ")))
     assert codec.notification("session/update", update) == A_CHUNK
     assert codec.result(2, {"stopReason": "end_turn"}) == A_END
     assert codec.result(4, {"stopReason": "cancelled"}) == A_CANCELLED

@@ -21,7 +21,6 @@ from kernel.model import Usage
 from kernel.provider import FinishChunk, ReasoningChunk, TextChunk, UsageChunk
 from kernel.settings import AgentSettings
 from kernel.testing import ScriptedProvider, failing_turn, running_kernel, text_turn, tool_turn
-from plugins.commands.builtin import BUILTIN_COMMANDS
 from plugins.tools.builtin import BUILTIN_TOOLS
 from transports.acp import AcpConfig, AcpTransport
 from transports.shared import LineReader, LineWriter
