@@ -3,6 +3,21 @@
 Imports only the standard library, anyio and msgspec. Transports talk to it
 through :class:`Kernel` (``execute`` and ``subscribe``) and the types in
 :mod:`kernel.model`.
+
+Public surface for plugins (stable; docs/writing-a-transport.md §1):
+
+* the names exported here, and :mod:`kernel.model` (commands, events, replies,
+  content parts, ``ErrorInfo`` with its stable codes);
+* ``Kernel.execute``, ``subscribe``, ``session``, ``agent``, ``agent_info``,
+  ``sessions``, ``settings``, ``tools``, ``commands``, ``settings_view``,
+  ``update_settings``; on the ``kernel.session.Session`` it returns: ``id``,
+  ``agent``, ``busy``, ``state``, ``info()``, ``interrupt()``, ``wait_idle()``;
+* :mod:`kernel.provider` (chunk types), :mod:`kernel.settings` (``Settings``),
+  :mod:`kernel.testing` (``ScriptedProvider``, ``text_turn``, ``tool_turn``,
+  ``failing_turn``, ``running_kernel``).
+
+Private: ``kernel.run``, ``kernel.toolcalls``, ``kernel.hub.EventHub``, the
+store's and the session's internals, and every name starting with ``_``.
 """
 
 from .commands import CommandContext, SlashCommand

@@ -5,6 +5,11 @@ A transport is a class with a ``name``, a ``Config`` msgspec Struct (its
 instantiates it with no arguments and runs ``serve`` in its task group; the
 transport reports readiness through ``task_status.started(address)`` and stops
 when its scope is cancelled, closing its connections cleanly.
+
+This protocol, ``plugins.hookspecs`` (``hookimpl``, ``gateway_register_transports``),
+:mod:`kernel` and :mod:`transports.shared` are what a third-party transport uses;
+docs/writing-a-transport.md builds one from nothing. ``load_config`` is the
+gateway's (it decodes ``[transports.NAME]`` and names the section in errors).
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ One place for the security policy (loopback bind, token auth, Origin allow-list,
 size and rate limits) and the hypercorn wiring, so every dialect — built-in or
 third-party plugin — behaves the same.  Only stdlib, anyio, msgspec and hypercorn
 are used here; nothing from the kernel or another transport.
+
+Public surface: exactly the names in ``__all__`` below, imported from
+``transports.shared`` (docs/shared-plumbing.md). The ``_*.py`` modules are
+private: their layout may change.
 """
 
 from ._config import (
