@@ -160,15 +160,15 @@ class Kernel:
             tools=tuple(self.tools_for(agent)),
         )
 
-    def files_for(self, session: Session) -> Any:
-        if session.files is not None:
+    def files_for(self, session: Session | None) -> Any:
+        if session is not None and session.files is not None:
             return session.files
         return WorkspaceFiles(self.settings.tools.workspace, max_bytes=self.settings.tools.file_max_bytes)
 
-    async def invoke_tool(self, tool: Tool, arguments: dict[str, Any], session: Session) -> tuple[str, bool, bool]:
+    async def invoke_tool(self, tool: Tool, arguments: dict[str, Any], session: Session | None) -> tuple[str, bool, bool]:
         context = ToolContext(
-            session_id=session.id,
-            agent_id=session.agent.agent_id(),
+            session_id=session.id if session is not None else "",
+            agent_id=(session.agent if session is not None else self.agent(None)).agent_id(),
             workspace=WorkspaceFiles(self.settings.tools.workspace).root,
             files=self.files_for(session),
             store=self.store,
@@ -258,9 +258,15 @@ class Kernel:
         queued = session.enqueue(job)
         return m.Accepted(request_id=cmd.request_id, session_id=session.id, run_id=job.run_id, queued=queued)
 
+    async def _continue(self, cmd: m.Continue) -> m.Reply:
+        session = await self.session(cmd.session_id, create=False)
+        job = session.new_run(cmd.request_id, options=cmd.options, resume=True)
+        queued = session.enqueue(job)
+        return m.Accepted(request_id=cmd.request_id, session_id=session.id, run_id=job.run_id, queued=queued)
+
     async def _interrupt(self, cmd: m.Interrupt) -> m.Reply:
         session = await self.session(cmd.session_id, create=False)
-        if not session.interrupt():
+        if not session.interrupt(run_id=cmd.run_id):
             raise m.KernelError("invalid_request", "No active model output to interrupt")
         return m.Done(request_id=cmd.request_id, message="interrupted")
 
@@ -296,7 +302,8 @@ class Kernel:
         tool = self.tools.get(cmd.name)
         if tool is None:
             raise m.KernelError("not_found", f"Unknown tool: {cmd.name}")
-        session = await self.session(cmd.session_id)
+        # Without a session the call runs in the default agent's context; no session is made.
+        session = await self.session(cmd.session_id) if cmd.session_id else None
         result, is_error, _ = await self.invoke_tool(tool, dict(cmd.arguments), session)
         return m.ToolOutput(request_id=cmd.request_id, name=cmd.name, result=result, is_error=is_error)
 
@@ -307,12 +314,9 @@ class Kernel:
     async def _delete(self, cmd: m.DeleteSession) -> m.Reply:
         if cmd.session_id is None:
             raise m.KernelError("invalid_request", "session_id is required")
-        session = self.sessions.pop(cmd.session_id, None)
-        if session is None and await self.store.get_session(cmd.session_id) is None:
+        loaded = await self.unload_session(cmd.session_id)  # its runs end (and record) first
+        if not loaded and await self.store.get_session(cmd.session_id) is None:
             raise m.KernelError("not_found", f"Session not found: {cmd.session_id}")
-        if session is not None:
-            session.interrupt()
-            session.close()
         await self.store.delete_session(cmd.session_id)
         return m.Done(request_id=cmd.request_id, message="session deleted")
 
@@ -399,6 +403,7 @@ _HANDLERS: dict[type, Callable[[Kernel, Any], Any]] = {
     m.Prompt: Kernel._prompt,
     m.Regenerate: Kernel._regenerate,
     m.Interrupt: Kernel._interrupt,
+    m.Continue: Kernel._continue,
     m.ClearContext: Kernel._clear,
     m.ResolveToolApproval: Kernel._approve,
     m.ResolveTurnLimit: Kernel._turns,

@@ -130,6 +130,19 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
 # ---------------------------------------------------------------- commands
 
 
+class ClientTool(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A tool the *client* runs: offered to the model, never executed by the gateway.
+
+    When the model calls one, the run ends with ``stop_reason="tool_calls"`` and the
+    calls in ``run_finished.pending_tool_calls``; the client answers with tool messages
+    (``save_history``) and a ``continue`` command (the OpenAI tools round trip).
+    """
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = {}
+
+
 class PromptOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Per-request overrides of the agent's defaults (Agent-CLI ``config`` and friends)."""
 
@@ -141,6 +154,7 @@ class PromptOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     max_tool_iterations: int | None = None
     model: str | None = None
     temperature: float | None = None
+    client_tools: tuple[ClientTool, ...] = ()
 
 
 class _Command(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True):
@@ -163,10 +177,18 @@ class Prompt(_Command, tag="prompt"):
 
 
 class Interrupt(_Command, tag="interrupt"):
-    pass
+    # When set, only this run is interrupted (and an error says if it is not running).
+    run_id: str | None = None
 
 
 class Regenerate(_Command, tag="regenerate"):
+    options: PromptOptions = PromptOptions()
+
+
+class Continue(_Command, tag="continue"):
+    """Run the model on the context as it is, with no new user message
+    (e.g. after the client saved the results of its own tool calls)."""
+
     options: PromptOptions = PromptOptions()
 
 
@@ -260,6 +282,7 @@ Command = Union[
     Prompt,
     Interrupt,
     Regenerate,
+    Continue,
     ClearContext,
     ResolveToolApproval,
     ResolveTurnLimit,
@@ -283,6 +306,7 @@ SESSION_COMMANDS = (
     Prompt,
     Interrupt,
     Regenerate,
+    Continue,
     ClearContext,
     ResolveToolApproval,
     ResolveTurnLimit,
@@ -290,7 +314,7 @@ SESSION_COMMANDS = (
 
 # ---------------------------------------------------------------- events
 
-StopReason = Literal["end_turn", "max_tokens", "tool_iterations", "turn_limit", "interrupted", "refusal"]
+StopReason = Literal["end_turn", "max_tokens", "tool_iterations", "turn_limit", "interrupted", "refusal", "tool_calls"]
 
 
 class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True):
@@ -364,6 +388,8 @@ class RunFinished(_RunEvent, tag="run_finished"):
     iterations: int = 0
     tool_calls: int = 0
     rejected_tools: tuple[tuple[str, str], ...] = ()
+    # Calls of client tools the client must run (stop_reason "tool_calls").
+    pending_tool_calls: tuple[ToolCall, ...] = ()
 
 
 class RunFailed(_RunEvent, tag="run_failed"):

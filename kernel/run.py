@@ -63,6 +63,7 @@ class RunState:
         self.rejected: list[tuple[str, str]] = []
         self.new_messages: list[Message] = []
         self.open_calls: list[ToolCall] = []
+        self.pending_client_calls: list[ToolCall] = []
         self.partial = ""
 
 
@@ -120,6 +121,7 @@ async def execute_run(session: Session, run: ActiveRun) -> None:
             iterations=state.iterations,
             tool_calls=state.tool_calls,
             rejected_tools=tuple(state.rejected),
+            pending_tool_calls=tuple(state.pending_client_calls),
         )
     )
 
@@ -131,6 +133,10 @@ async def _prepare(session: Session, job: RunJob) -> None:
             raise KernelError("invalid_request", "nothing to regenerate: the session has no user message")
         del session.context[last_user + 1 :]
         await session.kernel.store.replace_messages(session.id, session.context)
+        return
+    if job.resume:
+        if not session.context:
+            raise KernelError("invalid_request", "nothing to continue: the session has no messages")
         return
     if not job.parts:
         raise KernelError("invalid_request", "empty prompt")
@@ -145,7 +151,7 @@ async def _loop(session: Session, run: ActiveRun, state: RunState, ids: dict[str
     agent = session.agent
     options = run.job.options
     provider = kernel.provider_for(agent)
-    tools = ToolRunner(session, run, state, ids) if options.use_tools else None
+    tools = ToolRunner(session, run, state, ids) if options.use_tools or options.client_tools else None
     max_iterations = options.max_tool_iterations or agent.max_tool_iterations
     max_turns = session.max_turns if session.max_turns is not None else agent.max_turns
     for iteration in range(max_iterations + 1):
@@ -172,14 +178,20 @@ async def _loop(session: Session, run: ActiveRun, state: RunState, ids: dict[str
                 state.new_messages.append(Message(role="assistant", content=text))
             return "max_tokens" if finish == "length" else "end_turn"
         state.new_messages.append(Message(role="assistant", content=text, tool_calls=tuple(calls)))
-        state.open_calls = list(calls)
         assert tools is not None
+        state.open_calls = [call for call in calls if not tools.is_client_tool(call.name)]
         for call in calls:
-            state.new_messages.append(await tools.run(call))
-            state.open_calls.remove(call)
+            if tools.is_client_tool(call.name):
+                tools.announce_client_call(call)
+                state.pending_client_calls.append(call)
+            else:
+                state.new_messages.append(await tools.run(call))
+                state.open_calls.remove(call)
         # Tool results must reach the store before the next model call is acknowledged.
         await session.persist(state.new_messages)
         state.new_messages = []
+        if state.pending_client_calls:
+            return "tool_calls"
     return "tool_iterations"
 
 
@@ -191,7 +203,27 @@ def _window(session: Session, options) -> tuple[Message, ...]:  # type: ignore[n
         window = window[1:]
     system = options.system_prompt if options.system_prompt is not None else agent.system_prompt
     head = (Message(role="system", content=system),) if system else ()
-    return head + tuple(_model_view(m) for m in window)
+    return head + tuple(_model_view(m) for m in _answer_every_call(window))
+
+
+def _answer_every_call(window: list[Message]) -> list[Message]:
+    """Models reject a tool call without a result (a crash mid-round, a client tool
+    never answered): give each such call an explicit "no result" message."""
+    out: list[Message] = []
+    waiting: list[ToolCall] = []
+    for message in window:
+        if message.role == "tool":
+            waiting = [c for c in waiting if c.id != message.tool_call_id]
+        else:
+            out.extend(_unanswered(waiting))
+            waiting = list(message.tool_calls)
+        out.append(message)
+    out.extend(_unanswered(waiting))
+    return out
+
+
+def _unanswered(calls: list[ToolCall]) -> list[Message]:
+    return [Message(role="tool", tool_call_id=c.id, name=c.name, content="(no result: the call was not answered)") for c in calls]
 
 
 def _model_view(message: Message) -> Message:

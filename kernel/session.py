@@ -43,6 +43,7 @@ class RunJob(msgspec.Struct, kw_only=True):
     parts: tuple[ContentPart, ...] = ()
     options: PromptOptions = PromptOptions()
     regenerate: bool = False
+    resume: bool = False
 
 
 class ClearJob(msgspec.Struct, kw_only=True):
@@ -181,7 +182,7 @@ class Session:
 
     # -------------------------------------------------------------- acting at once
 
-    def interrupt(self, *, closing: bool = False) -> bool:
+    def interrupt(self, *, closing: bool = False, run_id: str | None = None) -> bool:
         """Stop the active run (or the accepted one about to start); False when none.
 
         Queued prompts behind the active run are kept, unless the session is
@@ -189,6 +190,8 @@ class Session:
         """
         self.closing = self.closing or closing
         run = self.active
+        if run_id is not None and (run is None or run.job.run_id != run_id):
+            raise KernelError("invalid_request", f"run {run_id} is not running")
         if run is None:
             if self._queued_runs == 0:
                 return False

@@ -34,11 +34,27 @@ class ToolRunner:
         self.active = run
         self.state = state
         self.ids = ids
-        self.tools = session.kernel.tools_for(session.agent)
+        options = run.job.options
+        self.tools = session.kernel.tools_for(session.agent) if options.use_tools else {}
+        # The client's own tools shadow the agent's tools of the same name.
+        self.client_tools = {t.name: t for t in options.client_tools}
         self.limiter = ToolLimiter(session.kernel.settings.tools.limits)
 
     def specs(self) -> tuple[ToolSpec, ...]:
-        return tuple(tool.spec() for tool in self.tools.values())
+        agent = [tool.spec() for name, tool in self.tools.items() if name not in self.client_tools]
+        client = [ToolSpec(name=t.name, description=t.description, parameters=t.parameters) for t in self.client_tools.values()]
+        return (*agent, *client)
+
+    def is_client_tool(self, name: str) -> bool:
+        return name in self.client_tools
+
+    def announce_client_call(self, call: ToolCall) -> None:
+        """A call the client will run: announced like any call, never executed here."""
+        self.state.tool_calls += 1
+        tool = self.client_tools[call.name]
+        self.session.emit(
+            ToolCallStarted(**self.ids, call_id=call.id, name=call.name, arguments=call.arguments, description=tool.description, category="client")
+        )
 
     async def run(self, call: ToolCall) -> Message:
         tool = self.tools.get(call.name)

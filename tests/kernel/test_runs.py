@@ -359,3 +359,76 @@ async def test_remembered_rejection_applies_without_asking() -> None:
         assert not any(isinstance(e, m.ToolApprovalRequested) for e in events)
         result = next(e for e in events if isinstance(e, m.ToolResult))
         assert result.rejected and "declined" in result.result
+
+
+async def test_client_tools_end_the_run_and_continue_resumes_with_results() -> None:
+    turn = [
+        ToolCallChunk(index=0, id="srv", name="clock", arguments="{}"),
+        ToolCallChunk(index=1, id="cli", name="lookup", arguments='{"q": "x"}'),
+        FinishChunk("tool_calls"),
+    ]
+    provider = ScriptedProvider([turn, text_turn("final")])
+    lookup = m.ClientTool(name="lookup", description="client side", parameters={"type": "object"})
+    async with running_kernel(provider, tools=[CLOCK]) as kernel:
+        sub = (await kernel.session("s")).hub.subscribe()
+        await prompt(kernel, "s", "q", options=m.PromptOptions(client_tools=(lookup,)))
+        events = await run_events(sub)
+        assert {t.name for t in provider.requests[0].tools} == {"clock", "lookup"}
+        finished = events[-1]
+        assert isinstance(finished, m.RunFinished) and finished.stop_reason == "tool_calls"
+        assert [c.id for c in finished.pending_tool_calls] == ["cli"]
+        assert [e.call_id for e in events if isinstance(e, m.ToolResult)] == ["srv"]  # only the agent's tool ran
+        await kernel.execute(m.SaveHistory(session_id="s", messages=(m.Message(role="tool", tool_call_id="cli", name="lookup", content="42"),)))
+        await kernel.execute(m.Continue(session_id="s", request_id="c"))
+        events = await run_events(sub)
+        assert isinstance(events[-1], m.RunFinished) and events[-1].text == "final"
+        sent = provider.requests[1].messages
+        assert [x.role for x in sent[1:]] == ["user", "assistant", "tool", "tool"]
+        assert sent[-1].content == "42"
+
+
+async def test_unanswered_tool_calls_get_an_explicit_result_before_the_next_prompt() -> None:
+    turn = [ToolCallChunk(index=0, id="cli", name="lookup", arguments="{}"), FinishChunk("tool_calls")]
+    provider = ScriptedProvider([turn, text_turn("ok")])
+    lookup = m.ClientTool(name="lookup")
+    async with running_kernel(provider) as kernel:
+        sub = (await kernel.session("s")).hub.subscribe()
+        await prompt(kernel, "s", "a", options=m.PromptOptions(client_tools=(lookup,), use_tools=False))
+        await run_events(sub)
+        await prompt(kernel, "s", "b")
+        await run_events(sub)
+        sent = provider.requests[1].messages
+        assert [x.role for x in sent[1:]] == ["user", "assistant", "tool", "user"]
+        assert "not answered" in sent[3].content
+
+
+async def test_continue_on_an_empty_session_fails_clearly() -> None:
+    async with running_kernel() as kernel:
+        sub = (await kernel.session("s")).hub.subscribe()
+        await kernel.execute(m.Continue(session_id="s"))
+        events = await run_events(sub)
+        assert isinstance(events[-1], m.RunFailed) and "nothing to continue" in events[-1].error.message
+
+
+async def test_interrupt_by_run_id() -> None:
+    async with running_kernel(ScriptedProvider([text_turn(*["x "] * 50)], delay_s=0.02)) as kernel:
+        sub = (await kernel.session("s")).hub.subscribe()
+        accepted = await prompt(kernel, "s", "go")
+        await next_of(sub, m.TextDelta)
+        with pytest.raises(KernelError, match="is not running"):
+            await kernel.execute(m.Interrupt(session_id="s", run_id="other"))
+        await kernel.execute(m.Interrupt(session_id="s", run_id=accepted.run_id))
+        events = await run_events(sub)
+        assert isinstance(events[-1], m.RunFinished) and events[-1].interrupted
+
+
+async def test_delete_during_a_run_leaves_no_orphans() -> None:
+    async with running_kernel(ScriptedProvider([text_turn(*["x "] * 50)], delay_s=0.02), tools=[CLOCK]) as kernel:
+        sub = (await kernel.session("s")).hub.subscribe()
+        await prompt(kernel, "s", "go")
+        await next_of(sub, m.TextDelta)
+        await kernel.execute(m.DeleteSession(session_id="s"))
+        assert await kernel.store.load_messages("s") == [] and await kernel.store.get_session("s") is None
+        direct = await kernel.execute(m.ExecuteTool(name="clock"))
+        assert isinstance(direct, m.ToolOutput)
+        assert await kernel.store.list_sessions() == []

@@ -19,7 +19,6 @@ from urllib.parse import unquote_to_bytes
 import msgspec
 
 from kernel import model as m
-from kernel.provider import ToolSpec
 from transports.shared import HttpError
 
 _encode = msgspec.json.encode
@@ -170,8 +169,9 @@ class ChatPlan(msgspec.Struct, frozen=True, kw_only=True):
     prompt_parts: tuple[m.ContentPart, ...]
     #: The last message is a tool result: run the model on the history, no new user turn.
     continuation: bool
+    #: Carries the client's own tools too (``client_tools``): the model may call them and
+    #: the calls go back to the client, as the OpenAI API does.
     options: m.PromptOptions
-    client_tools: tuple[ToolSpec, ...]
     stream: bool
     include_usage: bool
 
@@ -224,6 +224,7 @@ def plan_chat(request: ChatRequest, agents: Sequence[m.AgentInfo], *, context_li
         system_prompt=system,
         model=model_override,
         max_context_messages=max(context_limit, len(history) + 1),
+        client_tools=tools,
     )
     return ChatPlan(
         agent_id=agent.id,
@@ -232,23 +233,22 @@ def plan_chat(request: ChatRequest, agents: Sequence[m.AgentInfo], *, context_li
         prompt_parts=parts,
         continuation=continuation,
         options=options,
-        client_tools=tools,
         stream=bool(request.stream),
         include_usage=bool(request.stream and request.stream_options and request.stream_options.include_usage),
     )
 
 
-def _client_tools(request: ChatRequest) -> tuple[ToolSpec, ...] | OpenAIError:
+def _client_tools(request: ChatRequest) -> tuple[m.ClientTool, ...] | OpenAIError:
     if not request.tools or request.tool_choice == "none":
         return ()
-    specs: list[ToolSpec] = []
+    specs: list[m.ClientTool] = []
     for i, tool in enumerate(request.tools):
         if tool.type != "function" or tool.function is None:
             return bad_request("Only tools of type 'function' are supported.", param=f"tools[{i}].type")
         if not _TOOL_NAME.match(tool.function.name):
             return bad_request("Tool names must be 1-64 characters of a-z, A-Z, 0-9, _ and -.", param=f"tools[{i}].function.name")
         parameters = tool.function.parameters or {"type": "object", "properties": {}}
-        specs.append(ToolSpec(name=tool.function.name, description=tool.function.description, parameters=parameters))
+        specs.append(m.ClientTool(name=tool.function.name, description=tool.function.description, parameters=parameters))
     return tuple(specs)
 
 

@@ -140,7 +140,7 @@ def test_plan_maps_conversation_and_options() -> None:
     assert result.history[1].tool_calls == (m.ToolCall(id="t1", name="f", arguments="{}"),)
     assert (result.history[2].tool_call_id, result.history[2].name, result.history[2].content) == ("t1", "f", "r1")
     assert result.prompt_parts == (m.TextPart("look"), m.ImagePart(data=b"\x89PNG", mime_type="image/png"))
-    assert not result.continuation and result.client_tools == ()
+    assert not result.continuation and result.options.client_tools == ()
 
 
 def test_plan_model_resolution_tools_and_continuation() -> None:
@@ -155,9 +155,9 @@ def test_plan_model_resolution_tools_and_continuation() -> None:
     tool = {"type": "function", "function": {"name": "get_x", "description": "d"}}
     with_tools = plan({"messages": [{"role": "user", "content": "hi"}], "tools": [tool]})
     assert isinstance(with_tools, oc.ChatPlan)
-    assert with_tools.client_tools == (oc.ToolSpec(name="get_x", description="d", parameters={"type": "object", "properties": {}}),)
+    assert with_tools.options.client_tools == (m.ClientTool(name="get_x", description="d", parameters={"type": "object", "properties": {}}),)
     none = plan({"messages": [{"role": "user", "content": "hi"}], "tools": [tool], "tool_choice": "none"})
-    assert isinstance(none, oc.ChatPlan) and none.client_tools == ()
+    assert isinstance(none, oc.ChatPlan) and none.options.client_tools == ()
 
     continued = plan({"messages": [
         {"role": "user", "content": "hi"},
