@@ -151,6 +151,18 @@ async def test_bad_settings_fail_before_listening(monkeypatch: pytest.MonkeyPatc
             await LinechatTransport().serve(kernel, LinechatConfig(port=0, agent="Nobody"))
 
 
+async def test_a_client_that_closes_its_side_still_gets_the_whole_answer() -> None:
+    slow = ScriptedProvider([text_turn("one", " two", " three")], delay_s=0.02)
+    async with running_kernel(slow) as kernel, linechat(kernel) as (_, port):
+        async with connect(port) as client:
+            await client.send("count")
+            await client.stream.send_eof()  # like printf 'count\n' | nc -N 127.0.0.1 7070
+            await client.response()
+            assert await client.response() == ["one two three"]
+            with pytest.raises(anyio.IncompleteRead):
+                await client.line()
+
+
 async def test_shutdown_says_goodbye_and_closes() -> None:
     async with running_kernel() as kernel, linechat(kernel) as (tg, port):
         async with connect(port) as client:
