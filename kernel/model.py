@@ -390,6 +390,9 @@ class RunFinished(_RunEvent, tag="run_finished"):
     rejected_tools: tuple[tuple[str, str], ...] = ()
     # Calls of client tools the client must run (stop_reason "tool_calls").
     pending_tool_calls: tuple[ToolCall, ...] = ()
+    # Input tokens of the run's last model call: how full the context window is now
+    # (``usage`` sums every call of the run, so it overstates it on tool runs).
+    context_tokens: int = 0
 
 
 class RunFailed(_RunEvent, tag="run_failed"):
@@ -465,6 +468,8 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     message_count: int = 0
     state: str = "idle"
     last_seq: int = 0
+    # Tokens used by the session's runs since it was loaded in this process.
+    usage: Usage = Usage()
 
 
 class _Reply(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True):

@@ -65,6 +65,7 @@ class RunState:
         self.open_calls: list[ToolCall] = []
         self.pending_client_calls: list[ToolCall] = []
         self.partial = ""
+        self.context_tokens = 0
 
 
 def user_message(parts: tuple[object, ...]) -> Message:
@@ -108,6 +109,7 @@ async def execute_run(session: Session, run: ActiveRun) -> None:
         )
     with anyio.CancelScope(shield=True):
         await session.persist(state.new_messages)
+    session.usage = session.usage + state.usage
     if error is not None:
         session.emit(RunFailed(**ids, error=error, text=state.text, usage=state.usage))
         return
@@ -122,6 +124,7 @@ async def execute_run(session: Session, run: ActiveRun) -> None:
             tool_calls=state.tool_calls,
             rejected_tools=tuple(state.rejected),
             pending_tool_calls=tuple(state.pending_client_calls),
+            context_tokens=state.context_tokens,
         )
     )
 
@@ -265,6 +268,7 @@ async def _stream(
                 slot["arguments"] += chunk.arguments
             elif isinstance(chunk, UsageChunk):
                 state.usage = state.usage + chunk.usage
+                state.context_tokens = chunk.usage.input_tokens
             elif isinstance(chunk, FinishChunk):
                 finish = chunk.reason
     calls = [

@@ -26,6 +26,7 @@ from .model import (
     PromptOptions,
     ContentPart,
     SessionInfo,
+    Usage,
 )
 from .settings import AgentSettings
 
@@ -92,6 +93,7 @@ class Session:
         self.max_turns: int | None = None
         self.approval_timeout_s: float | None = None
         self.tool_policy: dict[str, bool] = {}
+        self.usage = Usage()
         self.active: ActiveRun | None = None
         self.files = None  # a FileAccess override for this session (ACP's editor view)
         self.hub = EventHub(session_id, retention=cfg.event_retention, buffer_size=cfg.subscriber_buffer, grace_s=cfg.lag_grace_s)
@@ -118,6 +120,7 @@ class Session:
             message_count=len(self.context),
             state=self.state,
             last_seq=self.hub.last_seq,
+            usage=self.usage,
         )
 
     @property

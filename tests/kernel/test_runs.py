@@ -432,3 +432,17 @@ async def test_delete_during_a_run_leaves_no_orphans() -> None:
         direct = await kernel.execute(m.ExecuteTool(name="clock"))
         assert isinstance(direct, m.ToolOutput)
         assert await kernel.store.list_sessions() == []
+
+
+async def test_context_tokens_is_the_last_call_and_session_usage_accumulates() -> None:
+    provider = ScriptedProvider([tool_turn("clock"), text_turn("done", usage=(30, 2)), text_turn("again", usage=(40, 3))])
+    async with running_kernel(provider, tools=[CLOCK]) as kernel:
+        session = await kernel.session("s")
+        sub = session.hub.subscribe()
+        await prompt(kernel, "s", "a")
+        first = (await run_events(sub))[-1]
+        assert isinstance(first, m.RunFinished)
+        assert first.usage == m.Usage(input_tokens=34, output_tokens=4) and first.context_tokens == 30
+        await prompt(kernel, "s", "b")
+        await run_events(sub)
+        assert session.info().usage == m.Usage(input_tokens=74, output_tokens=7)

@@ -267,8 +267,6 @@ class TurnEncoder:
         self.pending_approval: str | None = None
         self.awaiting_turns = False
         self.last_input_tokens = 0
-        self.total_input_tokens = 0
-        self.total_output_tokens = 0
 
     def owns(self, event: m.Event) -> bool:
         request_id = getattr(event, "request_id", None)
@@ -327,14 +325,12 @@ class TurnEncoder:
 
     def _end(self, event: m.RunFinished | m.RunFailed) -> str:
         """Book-keeping at the end of a run; returns the text streamed for it."""
-        usage = event.usage
         if event.request_id is not None:
             self.mine.discard(event.request_id)  # bounded: only requests still running stay
         self.pending_approval = None
         self.awaiting_turns = False
-        self.last_input_tokens = usage.input_tokens
-        self.total_input_tokens += usage.input_tokens
-        self.total_output_tokens += usage.output_tokens
+        if isinstance(event, m.RunFinished) and event.context_tokens:
+            self.last_input_tokens = event.context_tokens
         return self.streamed.pop(event.run_id, "")
 
     def _finished(self, event: m.RunFinished) -> list[ServerEvent]:
@@ -348,9 +344,11 @@ class TurnEncoder:
             # response.content still equals the concatenated deltas.
             text += f"[The agent completed processing but returned no text response. ({usage.input_tokens} in / {usage.output_tokens} out)]"
             out.append(TextDeltaOut(content=text))
-        pressure = context_pressure(usage.input_tokens, self.window_tokens)
+        # Pressure is how full the window is now: the last model call's input, not the run's sum.
+        context = event.context_tokens or usage.input_tokens
+        pressure = context_pressure(context, self.window_tokens)
         if pressure in ("high", "critical"):
-            pct = min(usage.input_tokens / max(self.window_tokens, 1) * 100, 100)
+            pct = min(context / max(self.window_tokens, 1) * 100, 100)
             out.append(Phase(phase="context_warning", detail=f"Context window {pct:.0f}% full; /new starts over"))
         response = ResponseOut(
             content=text,

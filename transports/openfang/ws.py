@@ -175,8 +175,8 @@ class AgentSocket:
             busy = session is not None and session.busy
             return CommandResult(command=name, message="Agent is processing a request..." if busy else "Agent is idle.")
         if name == "usage":
-            tokens_in = encoder.total_input_tokens if encoder else 0
-            tokens_out = encoder.total_output_tokens if encoder else 0
+            usage = session.usage if session is not None else m.Usage()
+            tokens_in, tokens_out = usage.input_tokens, usage.output_tokens
             return CommandResult(command=name, message=f"Session usage: ~{tokens_in} in / ~{tokens_out} out (~{tokens_in + tokens_out} total)")
         if name == "context":
             return self._context(session_id, session.info().message_count if session else 0, encoder)
