@@ -28,7 +28,6 @@ from transports.shared import (
     ServerConfig,
     SlidingWindowLimiter,
     error_response,
-    is_loopback_host,
     origin_allowed,
     serve_asgi,
 )
@@ -72,14 +71,6 @@ def check_config(config: HttpConfig) -> None:
 
 def _is_openai_path(path: str) -> bool:
     return path == "/v1/chat/completions" or path == "/v1/models" or path.startswith("/v1/models/")
-
-
-def _host_name(host: str) -> str:
-    """``127.0.0.1:8000`` -> ``127.0.0.1``; ``[::1]:8000`` -> ``::1``."""
-    host = host.strip()
-    if host.startswith("["):
-        return host[1 : host.find("]")] if "]" in host else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 class ClientLimiter:
@@ -137,9 +128,6 @@ class HttpApp:
         origin = headers.get("origin")
         if origin is not None and not (self.config.cors_origins and origin_allowed(origin, self.config.cors_origins)):
             return HttpError(403, f"Origin {origin!r} is not allowed (see cors_origins)", code="forbidden")
-        host = headers.get("host")
-        if self.token is None and host and not is_loopback_host(_host_name(host)):
-            return HttpError(403, f"Host {host!r} is not allowed without a token (DNS rebinding protection)", code="forbidden")
         if scope["path"] == "/health" or scope.get("method") == "OPTIONS":
             return None
         client = scope.get("client")

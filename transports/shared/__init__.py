@@ -31,7 +31,7 @@ from ._http import (
 )
 from ._lines import LineReader, LineTooLong, LineWriter
 from ._router import HttpHandler, Router, WebSocketHandler
-from ._security import SlidingWindowLimiter, extract_token, origin_allowed, token_matches
+from ._security import SlidingWindowLimiter, extract_token, host_allowed, host_name, origin_allowed, token_matches
 from ._serve import build_hypercorn_config, serve_asgi
 from ._sse import SSEStream, format_sse, open_sse
 from ._websocket import (
@@ -88,6 +88,8 @@ __all__ = [
     "error_response",
     "extract_token",
     "format_sse",
+    "host_allowed",
+    "host_name",
     "is_loopback_host",
     "json_response",
     "open_sse",

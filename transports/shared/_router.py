@@ -20,13 +20,14 @@ from ._http import (
     ASGIReceive,
     ASGISend,
     ErrorShaper,
+    Headers,
     HttpError,
     Request,
     Response,
     default_error_body,
     error_response,
 )
-from ._security import extract_token, origin_allowed, token_matches
+from ._security import extract_token, host_allowed, origin_allowed, token_matches
 from ._websocket import WebSocket
 
 __all__ = ["HttpHandler", "Router", "WebSocketHandler", "compile_path"]
@@ -133,12 +134,22 @@ class Router:
     # -------------------------------------------------------------- dispatch
     async def __call__(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
         kind = scope["type"]
-        if kind == "http":
+        if kind in ("http", "websocket") and not host_allowed(Headers(scope.get("headers", ())).get("host"), self.token):
+            await self._refuse_host(scope, receive, send)
+        elif kind == "http":
             await self._handle_http(scope, receive, send)
         elif kind == "websocket":
             await self._handle_websocket(scope, receive, send)
         elif kind == "lifespan":
             await self._handle_lifespan(receive, send)
+
+    async def _refuse_host(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
+        host = Headers(scope.get("headers", ())).get("host")
+        error = HttpError(403, f"Host {host!r} is not allowed without a token (DNS rebinding protection)", code="forbidden")
+        if scope["type"] == "http":
+            await error_response(error, self.error_body).send_to(send)
+        else:
+            await WebSocket(scope, receive, send, config=self.config, error_body=self.error_body).reject(error)
 
     async def _handle_lifespan(self, receive: ASGIReceive, send: ASGISend) -> None:
         while True:

@@ -16,6 +16,26 @@ import anyio
 __all__ = ["SlidingWindowLimiter", "extract_token", "origin_allowed", "token_matches"]
 
 
+def host_name(host: str) -> str:
+    """``127.0.0.1:8000`` -> ``127.0.0.1``; ``[::1]:8000`` -> ``::1``."""
+    host = host.strip()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def host_allowed(host: str | None, token: str | None) -> bool:
+    """DNS-rebinding protection: without a token, only loopback ``Host`` names are served.
+
+    A page on evil.example that rebinds its name to 127.0.0.1 reaches a loopback server
+    as same-origin; its requests still carry ``Host: evil.example``. With a token the
+    token is the protection, so any Host is fine (and needed for remote access).
+    """
+    from ._config import is_loopback_host
+
+    return token is not None or not host or is_loopback_host(host_name(host))
+
+
 def extract_token(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
     """The token a client presented: ``Authorization: Bearer X`` first, then ``?token=X``.
 
