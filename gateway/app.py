@@ -98,11 +98,20 @@ async def serve(settings: Settings, registry: Registry, configs: dict[str, Any])
             with transports_scope:
                 async with anyio.create_task_group() as tg:
                     for name, config in configs.items():
-                        transport = registry.transports[name]()
-                        address = await tg.start(transport.serve, kernel, config)
+                        address = await _start(tg, name, registry.transports[name](), kernel, config)
                         log.info("transport %s ready%s", name, f" on {address}" if address else "")
             outer.cancel_scope.cancel()
         log.info("shutting down: flushing the store")
+
+
+async def _start(tg: Any, name: str, transport: Any, kernel: Kernel, config: Any) -> Any:
+    """Start one transport; a failure before it is ready names the transport."""
+    try:
+        return await tg.start(transport.serve, kernel, config)
+    except Exception as exc:
+        leaves = exc.exceptions if isinstance(exc, BaseExceptionGroup) else [exc]
+        reason = "; ".join(f"{type(e).__name__}: {e}" for e in leaves)
+        raise StartupError(f"transport {name} failed to start: {reason}") from None
 
 
 async def _watch_signals(kernel: Kernel, transports_scope: anyio.CancelScope) -> None:

@@ -109,10 +109,14 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         anyio.run(app.serve, settings, registry, configs, backend=args.backend)
     except KeyboardInterrupt:
         pass
+    except app.StartupError as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 2
     except BaseExceptionGroup as group:
-        for exc in _leaves(group):
-            print(f"gateway: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        leaves = _leaves(group)
+        for exc in leaves:
+            print(f"gateway: {exc}" if isinstance(exc, app.StartupError) else f"gateway: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2 if all(isinstance(e, app.StartupError) for e in leaves) else 1
     except (OSError, ValueError) as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 1

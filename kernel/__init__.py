@@ -10,8 +10,9 @@ Public surface for plugins (stable; docs/writing-a-transport.md §1):
   content parts, ``ErrorInfo`` with its stable codes);
 * ``Kernel.execute``, ``subscribe``, ``session``, ``agent``, ``agent_info``,
   ``sessions``, ``settings``, ``tools``, ``commands``, ``settings_view``,
-  ``update_settings``; on the ``kernel.session.Session`` it returns: ``id``,
-  ``agent``, ``busy``, ``state``, ``info()``, ``interrupt()``, ``wait_idle()``;
+  ``update_settings``, ``unload_session``; on the :class:`Session` it returns: ``id``,
+  ``agent``, ``busy``, ``state``, ``info()``, ``interrupt()``, ``wait_idle()``, and the
+  per-session overrides ``max_turns``, ``approval_timeout_s``, ``model_override``, ``files``;
 * :mod:`kernel.provider` (chunk types), :mod:`kernel.settings` (``Settings``),
   :mod:`kernel.testing` (``ScriptedProvider``, ``text_turn``, ``tool_turn``,
   ``failing_turn``, ``running_kernel``).
@@ -25,6 +26,7 @@ from .hub import Subscription
 from .kernel import Kernel, ProviderFactory
 from .model import Command, Event, KernelError, Reply
 from .provider import Provider, ProviderError, ProviderRequest
+from .session import Session
 from .settings import Settings, load_settings, mask_secret
 from .store import SQLiteStore, Store
 from .tools import FileAccess, Tool, ToolContext, ToolFailure
@@ -42,6 +44,7 @@ __all__ = [
     "ProviderRequest",
     "Reply",
     "SQLiteStore",
+    "Session",
     "Settings",
     "SlashCommand",
     "Store",

@@ -150,7 +150,7 @@ class Kernel:
 
     def agent_info(self, agent: AgentSettings) -> m.AgentInfo:
         provider = self.provider_name(agent)
-        model = agent.model or (self.settings.provider.openai.model if provider == "openai" else provider)
+        model = agent.model or self._provider_model(agent, provider)
         return m.AgentInfo(
             id=agent.agent_id(),
             name=agent.name,
@@ -159,6 +159,14 @@ class Kernel:
             model=model,
             tools=tuple(self.tools_for(agent)),
         )
+
+    def _provider_model(self, agent: AgentSettings, provider: str) -> str:
+        if provider == "openai":
+            return self.settings.provider.openai.model
+        try:
+            return self.provider_for(agent).model
+        except Exception:  # a provider that cannot start yet still lists by name
+            return provider
 
     def files_for(self, session: Session | None) -> Any:
         if session is not None and session.files is not None:
@@ -295,7 +303,13 @@ class Kernel:
             raise m.KernelError("not_found", f"Unknown command: /{name}. Try /help.")
         session = await self.session(cmd.session_id)
         ctx = CommandContext(kernel=self, session_id=session.id, agent_id=session.agent.agent_id(), request_id=cmd.request_id)
-        output = await command.handler(ctx, cmd.args)
+        try:
+            output = await command.handler(ctx, cmd.args)
+        except m.KernelError:
+            raise
+        except Exception as exc:
+            log.exception("slash command /%s failed", name)
+            raise m.KernelError("internal", f"/{name} failed: {type(exc).__name__}: {exc}") from None
         return m.CommandOutput(request_id=cmd.request_id, name=name, output=output)
 
     async def _execute_tool(self, cmd: m.ExecuteTool) -> m.Reply:

@@ -47,6 +47,8 @@ class ProviderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     default: str = "auto"
     openai: OpenAISettings = msgspec.field(default_factory=OpenAISettings)
     echo: EchoSettings = msgspec.field(default_factory=EchoSettings)
+    # [provider.options.NAME] tables: settings of third-party provider plugins, as given.
+    options: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
 
 
 class AgentSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -128,8 +128,8 @@ def test_an_invalid_linechat_section_stops_start_up_naming_it(tmp_path: Path, ar
 
 def test_a_public_address_without_a_token_is_refused(tmp_path: Path) -> None:
     result = run_gateway("serve", "--transport", "linechat", "--host", "0.0.0.0", "--port", "0", env=env_for(tmp_path))
-    assert result.returncode == 1
-    assert "refusing to bind to non-loopback host '0.0.0.0' without a token" in result.stderr
+    assert result.returncode == 2
+    assert "transport linechat failed to start: ConfigError: refusing to bind to non-loopback host '0.0.0.0' without a token" in result.stderr
 
 
 class LineClient:
@@ -207,6 +207,6 @@ async def test_gateway_serve_answers_with_the_reverse_provider(tmp_path: Path, a
     async with gateway_serving_linechat(env_for(tmp_path), anyio_backend, "--config", str(config)) as (_, port, _):
         async with await anyio.connect_tcp("127.0.0.1", port) as stream:
             client = LineClient(stream)
-            assert (await client.response())[0].endswith("agent General Assistant (reverse).")
+            assert (await client.response())[0].endswith("agent General Assistant (reverse-1).")
             await client.send("stressed desserts")
             assert await client.response() == ["stressed desserts"[::-1]]
