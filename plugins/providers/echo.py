@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import anyio
 
-from kernel.model import ImagePart, Message, TextPart, Usage
+from kernel.model import Message, Usage, parts_text
 from kernel.provider import Chunk, FinishChunk, ProviderRequest, TextChunk, ToolCallChunk, UsageChunk
 from kernel.settings import Settings
 
@@ -25,17 +25,7 @@ def _tokens(text: str) -> int:
 
 
 def _text_of(message: Message) -> str:
-    if message.content:
-        return message.content
-    bits = []
-    for part in message.parts:
-        if isinstance(part, TextPart):
-            bits.append(part.text)
-        elif isinstance(part, ImagePart):
-            bits.append(f"[image {part.mime_type}, {len(part.data)} bytes]")
-        else:
-            bits.append(f"[file {part.name}]")
-    return " ".join(bits)
+    return message.content or parts_text(message.parts)
 
 
 class EchoProvider:
