@@ -71,7 +71,17 @@ class RestRun:
         """This run's next events ([] on timeout); approvals are declined on the spot."""
         if self.end is not None or self.feed.closed:
             return []
-        ours = [e for e in await self.feed.next_batch(deadline) if getattr(e, "request_id", None) == self.request_id]
+        batch = await self.feed.next_batch(deadline)
+        lost = next((e for e in batch if isinstance(e, m.SubscriberLagged)), None)
+        ours = [e for e in batch if getattr(e, "request_id", None) == self.request_id]
+        if lost is not None and not any(isinstance(e, (m.RunFinished, m.RunFailed)) for e in ours):
+            # The run's end may be among the lost events: waiting for it could take forever.
+            self.end = m.RunFailed(
+                session_id=self.feed.session_id, run_id="", request_id=self.request_id,
+                error=m.ErrorInfo(code="rate_limited", message=f"the request fell behind and missed events of its run: {lost.error.message}"),
+            )
+            ours.append(self.end)
+            return ours
         for event in ours:
             if isinstance(event, m.ToolApprovalRequested):
                 try:

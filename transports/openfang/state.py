@@ -148,7 +148,12 @@ class UploadStore:
 
 
 class EventFeed:
-    """A session's events in batches; survives ``subscriber_lagged`` by resubscribing."""
+    """A session's events in batches; survives ``subscriber_lagged`` by resubscribing.
+
+    When the events missed while falling behind are no longer retained, the feed goes
+    on from now and puts the ``subscriber_lagged`` event in the batch, so the caller can
+    tell its client that something was lost (instead of retrying the same gap forever).
+    """
 
     def __init__(self, kernel: Kernel, session_id: str, subscription: Subscription) -> None:
         self.kernel = kernel
@@ -164,6 +169,7 @@ class EventFeed:
         """Events ready now or the next one, waiting until ``deadline`` at most.
 
         Returns ``[]`` on timeout or once the feed ended (then :attr:`closed` is set).
+        A ``subscriber_lagged`` event in the batch means events were lost just before it.
         """
         while not self.closed:
             with anyio.CancelScope(deadline=math.inf if deadline is None else deadline):
@@ -173,22 +179,30 @@ class EventFeed:
                     self.closed = True
                     return []
                 batch = [first, *self._sub.receive_nowait()]
-                lagged = [e for e in batch if isinstance(e, m.SubscriberLagged)]
-                if lagged:
-                    await self._resubscribe(lagged[-1].last_seq)
-                    batch = [e for e in batch if not isinstance(e, m.SubscriberLagged)]
+                if isinstance(batch[-1], m.SubscriberLagged):
+                    lagged = batch.pop()
+                    assert isinstance(lagged, m.SubscriberLagged)
+                    batch += await self._resubscribe(lagged)
                 if batch:
                     return batch
                 continue
             return []  # deadline reached
         return []
 
-    async def _resubscribe(self, after_seq: int) -> None:
+    async def _resubscribe(self, lagged: m.SubscriberLagged) -> list[m.Event]:
+        """The retained events after the last one delivered; ``[lagged]`` when they are gone."""
         self._sub.close()
         try:
-            self._sub = await self.kernel.subscribe(self.session_id, after_seq=after_seq)
+            self._sub = await self.kernel.subscribe(self.session_id, after_seq=lagged.last_seq)
+            ready = self._sub.receive_nowait()
+            if ready and isinstance(ready[0], m.SubscriberLagged):
+                self._sub.close()
+                self._sub = await self.kernel.subscribe(self.session_id)
+                return [ready[0]]
         except m.KernelError:
             self.closed = True
+            return []
+        return ready
 
     def close(self) -> None:
         self.closed = True

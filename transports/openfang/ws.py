@@ -227,6 +227,8 @@ class AgentSocket:
                 batch = await feed.next_batch(outbound.deadline)
                 now = anyio.current_time()
                 frames = outbound.feed(batch, now) if batch else outbound.tick(now)
+                for lost in (e for e in batch if isinstance(e, m.SubscriberLagged)):
+                    frames += [*outbound.flush(), ErrorOut(content=f"This connection fell behind and missed events: {lost.error.message}")]
                 for frame in frames:
                     if not await self.send(frame):
                         return

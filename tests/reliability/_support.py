@@ -1,0 +1,262 @@
+"""Shared parts of the reliability tests: one kernel with several live transports,
+clients for each dialect, a raw WebSocket client that can stop reading, and a
+``python -m gateway`` child whose transports announce their addresses on stderr.
+
+Everything binds 127.0.0.1 on ephemeral ports. The ``websockets`` client is
+asyncio-only: on the trio backend it runs in a worker thread (:func:`in_asyncio`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import msgspec
+import sniffio
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, CloseConnection, Ping, RejectConnection, Request, TextMessage
+
+from kernel import Kernel
+from kernel.settings import Settings
+from kernel.testing import ScriptedProvider, running_kernel
+from plugins.commands.builtin import BUILTIN_COMMANDS
+from plugins.tools.builtin import BUILTIN_TOOLS
+from tests.subprocess_gateway import ROOT
+
+T = TypeVar("T")
+
+#: Test defaults of every network transport: ephemeral port, no pings (they delay stops),
+#: no rate limit (the tests send bursts), no per-IP cap (the load test opens 200 sockets).
+NETWORK_BASE: dict[str, Any] = {"port": 0, "ping_interval_s": 0.0, "rate_limit_per_minute": 0, "max_connections_per_ip": 0}
+EXTRA: dict[str, dict[str, Any]] = {"openfang": {"sse_keepalive_s": 0.5, "agents_poll_s": 0.0}, "http": {"sse_keepalive_s": 0.0}}
+
+
+async def in_asyncio(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run an asyncio-only client coroutine: inline on asyncio, in a worker thread on trio."""
+    if sniffio.current_async_library() == "asyncio":
+        return await fn()
+    return await anyio.to_thread.run_sync(lambda: asyncio.run(fn()))  # type: ignore[arg-type]
+
+
+def transport_class(name: str) -> Any:
+    from gateway.app import load_registry
+
+    return load_registry(use_entry_points=False).transports[name]
+
+
+def transport_config(name: str, **overrides: Any) -> Any:
+    cls = transport_class(name)
+    values = {**NETWORK_BASE, **EXTRA.get(name, {}), **overrides}
+    fields = {f.name for f in msgspec.structs.fields(cls.Config)}
+    return msgspec.convert({k: v for k, v in values.items() if k in fields}, cls.Config)
+
+
+@dataclass
+class Live:
+    """A running kernel and the base URL (``http://127.0.0.1:PORT``) of each network transport."""
+
+    kernel: Kernel
+    urls: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def agent_id(self) -> str:
+        return self.kernel.settings.agents[0].agent_id()
+
+    def ws(self, name: str, query: str = "") -> str:
+        base = self.urls[name].replace("http://", "ws://")
+        path = f"/api/agents/{self.agent_id}/ws" if name == "openfang" else "/"
+        return base + path + query
+
+
+@asynccontextmanager
+async def serving(kernel: Kernel, names: Iterable[str], **configs: dict[str, Any]) -> AsyncIterator[Live]:
+    """Serve ``names`` over ``kernel`` until the block ends (``configs[name]``: overrides)."""
+    live = Live(kernel)
+    async with anyio.create_task_group() as tg:
+        for name in names:
+            config = transport_config(name, **configs.get(name.replace("-", "_"), {}))
+            live.urls[name] = await tg.start(transport_class(name)().serve, kernel, config)
+        try:
+            yield live
+        finally:
+            tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def live_gateway(
+    names: Iterable[str],
+    provider: Any = None,
+    *,
+    settings: Settings | None = None,
+    tools: Iterable[Any] = BUILTIN_TOOLS,
+    **configs: dict[str, Any],
+) -> AsyncIterator[Live]:
+    """A kernel on a temporary store with the built-in tools and commands, serving ``names``."""
+    async with running_kernel(provider or ScriptedProvider(), settings=settings, tools=tools, commands=BUILTIN_COMMANDS) as kernel:
+        async with serving(kernel, names, **configs) as live:
+            yield live
+
+
+# ------------------------------------------------------------------ raw WebSocket
+
+
+class RawWebSocket:
+    """A blocking WebSocket client on a plain socket (wsproto), for threads.
+
+    Unlike a library client it reads nothing unless asked, and its receive buffer
+    can be made small: the way to play a client that stops reading.
+    """
+
+    def __init__(self, url: str, *, rcvbuf: int | None = None, headers: dict[str, str] | None = None, timeout_s: float = 5.0) -> None:
+        match = re.match(r"ws://([^:/]+):(\d+)(/.*)$", url)
+        assert match, url
+        host, port, target = match.group(1), int(match.group(2)), match.group(3)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(timeout_s)
+        self.sock.connect((host, port))
+        self.conn = WSConnection(ConnectionType.CLIENT)
+        extra = [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+        self.sock.sendall(self.conn.send(Request(host=f"{host}:{port}", target=target, extra_headers=extra)))
+        self.texts: list[str] = []
+        self.close_code: int | None = None
+        self.close_reason = ""
+        self._parts: list[str] = []
+        self.status: int | None = None
+        while self.status is None:
+            self._pump()
+
+    def _pump(self) -> bool:
+        """Read once and process what arrived; False at EOF."""
+        try:
+            data = self.sock.recv(1 << 16)
+        except ConnectionResetError:
+            data = b""
+        self.conn.receive_data(data or None)
+        for event in self.conn.events():
+            if isinstance(event, AcceptConnection):
+                self.status = 101
+            elif isinstance(event, RejectConnection):
+                self.status = event.status_code
+            elif isinstance(event, TextMessage):
+                self._parts.append(event.data)
+                if event.message_finished:
+                    self.texts.append("".join(self._parts))
+                    self._parts.clear()
+            elif isinstance(event, CloseConnection):
+                if self.close_code is None:
+                    self.close_code, self.close_reason = event.code, event.reason or ""
+                    try:
+                        self.sock.sendall(self.conn.send(event.response()))
+                    except OSError:
+                        pass
+            elif isinstance(event, Ping):
+                self.sock.sendall(self.conn.send(event.response()))
+        return bool(data)
+
+    def send_text(self, text: str) -> None:
+        self.sock.sendall(self.conn.send(TextMessage(data=text)))
+
+    def read_until(self, predicate: Callable[[list[str]], bool], timeout_s: float = 10.0) -> None:
+        self.sock.settimeout(timeout_s)
+        while not predicate(self.texts) and self.close_code is None:
+            if not self._pump():
+                return
+
+    def read_to_end(self, timeout_s: float = 10.0) -> None:
+        """Everything until the server closes (close frame or EOF)."""
+        self.sock.settimeout(timeout_s)
+        while self._pump():
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def frames(texts: list[str]) -> list[dict[str, Any]]:
+    return [json.loads(t) for t in texts]
+
+
+# ------------------------------------------------------------------ subprocess gateway
+
+READY = re.compile(r"transport (\S+) ready on (http://\S+)")
+
+
+class GatewayChild:
+    """``python -m gateway serve ...`` with its stdio, and what its stderr announced."""
+
+    def __init__(self, process: Any) -> None:
+        self.process = process
+        self.stderr = bytearray()
+        self.stdout = bytearray()
+        self.urls: dict[str, str] = {}
+        self.lines: list[dict[str, Any]] = []
+
+    async def pump_stderr(self) -> None:
+        assert self.process.stderr is not None
+        async for chunk in self.process.stderr:
+            self.stderr += chunk
+            for name, url in READY.findall(self.stderr.decode(errors="replace")):
+                self.urls[name] = url
+
+    async def wait_ready(self, names: Iterable[str], timeout_s: float = 30.0) -> None:
+        with anyio.fail_after(timeout_s):
+            while not all(n in self.urls for n in names):
+                if self.process.returncode is not None:
+                    raise AssertionError("gateway exited early:\n" + self.stderr.decode(errors="replace"))
+                await anyio.sleep(0.02)
+
+    async def send_line(self, obj: Any) -> None:
+        assert self.process.stdin is not None
+        await self.process.stdin.send(msgspec.json.encode(obj) + b"\n")
+
+    async def read_lines(self) -> None:
+        """Collect stdout lines (stdio's protocol) into :attr:`lines` until EOF."""
+        assert self.process.stdout is not None
+        async for chunk in self.process.stdout:
+            self.stdout += chunk
+            *complete, rest = bytes(self.stdout).split(b"\n")
+            self.stdout = bytearray(rest)
+            self.lines += [msgspec.json.decode(line) for line in complete if line.strip()]
+
+    async def until_line(self, predicate: Callable[[dict[str, Any]], bool], timeout_s: float = 10.0) -> dict[str, Any]:
+        with anyio.fail_after(timeout_s):
+            while True:
+                for line in self.lines:
+                    if predicate(line):
+                        return line
+                await anyio.sleep(0.01)
+
+
+@asynccontextmanager
+async def gateway_child(args: list[str], env: dict[str, str], cwd: Path) -> AsyncIterator[GatewayChild]:
+    """The child with stderr and stdout pumped in the background; killed if still alive at the end."""
+    process = await anyio.open_process([sys.executable, "-m", "gateway", *args], env=env, cwd=cwd)
+    child = GatewayChild(process)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(child.pump_stderr)
+            tg.start_soon(child.read_lines)
+            try:
+                yield child
+            finally:
+                if process.returncode is None:
+                    process.kill()
+                with anyio.move_on_after(10, shield=True):
+                    await process.wait()
+                tg.cancel_scope.cancel()
+    finally:
+        await process.aclose()
+
+
+__all__ = ["ROOT"]

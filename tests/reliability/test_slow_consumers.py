@@ -1,0 +1,82 @@
+"""Slow consumers: bounded memory, a clear cut-off, nobody else slowed down, resumption.
+
+The bound, from the kernel outwards:
+* kernel: a subscriber buffers at most ``session.subscriber_buffer`` events; adjacent
+  text deltas merge while they wait, up to ``MAX_MERGED_CHARS`` characters each. A
+  subscriber that stays full past ``session.lag_grace_s`` is cut off with one
+  ``subscriber_lagged`` event and holds nothing more. The session keeps its last
+  ``session.event_retention`` events for resumption.
+* WebSocket transports: a frame the client does not take within ``session.lag_grace_s``
+  closes the socket with 1008 ("client too slow"), so a stalled client holds at most
+  the socket buffers plus one frame. On the trio worker, hypercorn cannot interrupt a
+  blocked socket write; there the OS drops a peer that takes no data for
+  ``lag_grace_s + 2`` seconds (TCP_USER_TIMEOUT).
+* Resumption: OpenFang and Agent-CLI sockets have no way to resume from a ``seq``; a
+  client reconnects and reads the history. stdio has none either (one process, one
+  pipe): a stdio reader that falls behind and loses events gets a
+  ``subscriber_lagged`` line and the stream goes on. The http transport resumes an SSE
+  stream from ``Last-Event-ID``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from kernel import model as m
+from kernel.settings import Settings
+from kernel.testing import running_kernel
+from transports.openfang.state import EventFeed
+
+pytestmark = pytest.mark.anyio
+
+
+def lag_settings(*, buffer: int = 4, retention: int = 8, grace_s: float = 0.0) -> Settings:
+    settings = Settings()
+    settings.session.subscriber_buffer = buffer
+    settings.session.event_retention = retention
+    settings.session.lag_grace_s = grace_s
+    return settings
+
+
+def publish_unmergeable(session: Any, count: int, run_id: str = "r") -> None:
+    """Reasoning and text deltas in turn: nothing merges, so buffers really fill."""
+    for _ in range(count):
+        session.emit(m.ReasoningDelta(session_id=session.id, run_id=run_id, request_id="q", text="r"))
+        session.emit(m.TextDelta(session_id=session.id, run_id=run_id, request_id="q", text="t"))
+
+
+class CountingSubscribe:
+    """Wraps ``kernel.subscribe``; fails after ``limit`` calls so a resubscribe loop ends."""
+
+    def __init__(self, kernel: Any, limit: int = 20) -> None:
+        self.kernel, self.limit, self.calls = kernel, limit, 0
+        self.original = kernel.subscribe
+        kernel.subscribe = self
+
+    async def __call__(self, *args: object, **kw: object) -> object:
+        self.calls += 1
+        if self.calls > self.limit:
+            raise AssertionError(f"resubscribed {self.calls} times: a follower is spinning")
+        return await self.original(*args, **kw)
+
+
+async def test_openfang_feed_reports_lost_events_once_and_follows_on() -> None:
+    async with running_kernel(settings=lag_settings()) as kernel:
+        session = await kernel.session("lossy")
+        feed = await EventFeed.open(kernel, "lossy")
+        counter = CountingSubscribe(kernel)
+        publish_unmergeable(session, 20)  # 40 events: far past the buffer and the retention
+        with anyio.fail_after(2):
+            batch = await feed.next_batch()
+        assert [e.seq for e in batch[:-1]] == [1, 2, 3, 4]  # what was buffered before the cut-off
+        lost = batch[-1]
+        assert isinstance(lost, m.SubscriberLagged) and lost.last_seq == 4 and "no longer retained" in lost.error.message
+        session.emit(m.TextDelta(session_id="lossy", run_id="r2", request_id="q2", text="after"))
+        with anyio.fail_after(2):
+            after = await feed.next_batch()
+        assert [getattr(e, "text", None) for e in after] == ["after"] and after[0].seq == 41
+        assert counter.calls == 2
+        feed.close()
