@@ -3,11 +3,12 @@
 Publishing never waits: a run must not stall because one watcher is slow. Each
 subscriber has a bounded buffer. Adjacent text deltas of the same run merge while
 they wait (they are mergeable by nature, and one bigger write beats many small
-ones). A subscriber whose buffer is full stops receiving copies; once it drains
-its buffer it catches up from the session's retained log. If it stays full past a
-grace period, or the events it missed are no longer retained, it receives a final
-``subscriber_lagged`` event and can subscribe again with ``after_seq``.
-Memory per subscriber is therefore bounded by its buffer size.
+ones), up to ``MAX_MERGED_CHARS`` each. A subscriber whose buffer is full stops
+receiving copies; once it drains its buffer it catches up from the session's
+retained log. If it stays full past a grace period, or the events it missed are no
+longer retained, it receives a final ``subscriber_lagged`` event and can subscribe
+again with ``after_seq``. Memory per subscriber is therefore bounded by its buffer
+size (events, merged deltas at most ``MAX_MERGED_CHARS`` long).
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ import anyio
 import msgspec
 
 from .model import ErrorInfo, Event, SubscriberLagged, TextDelta
+
+#: Merging stops at this size: unbounded merging would let a stalled subscriber hold the
+#: whole run's text in one delta (copied again at every publish) and never count as full.
+MAX_MERGED_CHARS = 4096
 
 
 class EventHub:
@@ -109,7 +114,12 @@ class Subscription:
             return
         if self._overflow_since is None and self._buffer:
             last = self._buffer[-1]
-            if isinstance(event, TextDelta) and isinstance(last, TextDelta) and last.run_id == event.run_id:
+            if (
+                isinstance(event, TextDelta)
+                and isinstance(last, TextDelta)
+                and last.run_id == event.run_id
+                and len(last.text) + len(event.text) <= MAX_MERGED_CHARS
+            ):
                 self._buffer[-1] = msgspec.structs.replace(last, text=last.text + event.text, seq=event.seq)
                 return
         if self._overflow_since is None and len(self._buffer) < self._size:

@@ -26,8 +26,9 @@ import anyio
 import pytest
 
 from kernel import model as m
+from kernel.hub import MAX_MERGED_CHARS
 from kernel.settings import Settings
-from kernel.testing import running_kernel
+from kernel.testing import ScriptedProvider, running_kernel, text_turn
 from transports.openfang.state import EventFeed
 
 pytestmark = pytest.mark.anyio
@@ -80,3 +81,35 @@ async def test_openfang_feed_reports_lost_events_once_and_follows_on() -> None:
         assert [getattr(e, "text", None) for e in after] == ["after"] and after[0].seq == 41
         assert counter.calls == 2
         feed.close()
+
+
+async def test_a_stalled_subscriber_holds_a_bounded_buffer_and_is_cut_off() -> None:
+    """A pure text stream: deltas merge while waiting, but only up to MAX_MERGED_CHARS,
+    so the buffer fills, the grace period runs out and the laggard is cut off; a reader
+    at the same time gets every delta; the run is never held up."""
+    pieces = [f"{i:05d}" + "x" * 195 for i in range(400)]  # 80 000 characters
+    provider = ScriptedProvider([text_turn(*pieces)], delay_s=0.001)
+    async with running_kernel(provider, settings=lag_settings(buffer=8, retention=4096, grace_s=0.05)) as kernel:
+        session = await kernel.session("s")
+        stalled = await kernel.subscribe("s")
+        reader = await kernel.subscribe("s")
+        worst = 0
+        received: list[m.Event] = []
+        await kernel.execute(m.Prompt(session_id="s", text="go", request_id="p"))
+        with anyio.fail_after(20):
+            async for event in reader:
+                worst = max(worst, stalled.pending)
+                buffered = sum(len(e.text) for e in stalled._buffer if isinstance(e, m.TextDelta))
+                assert buffered <= 8 * MAX_MERGED_CHARS
+                received.append(event)
+                if isinstance(event, m.RunFinished):
+                    break
+        assert "".join(e.text for e in received if isinstance(e, m.TextDelta)) == "".join(pieces)
+        assert worst <= 8 + 1  # the buffer, plus the final subscriber_lagged
+        left = stalled.receive_nowait()
+        assert isinstance(left[-1], m.SubscriberLagged) and "fell behind" in left[-1].error.message
+        assert session.hub.subscriber_count == 1  # the laggard holds nothing any more
+        resumed = await kernel.subscribe("s", after_seq=left[-1].last_seq)  # and may resume
+        rest = resumed.receive_nowait()
+        text = "".join(e.text for e in [*left, *rest] if isinstance(e, m.TextDelta))
+        assert text == "".join(pieces) and isinstance(rest[-1], m.RunFinished)
