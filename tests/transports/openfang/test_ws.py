@@ -43,7 +43,7 @@ async def test_plain_turn_sends_openfangs_exact_sequence() -> None:
     assert hello[0] == {"type": "connected", "agent_id": server.agent_id}
     assert hello[1]["type"] == "agents_updated"
     assert hello[1]["agents"][0] == {
-        "id": server.agent_id, "name": "General Assistant", "state": "Running", "model_provider": "scripted", "model_name": "scripted",
+        "id": server.agent_id, "name": "General Assistant", "state": "Running", "model_provider": "scripted", "model_name": "scripted-1",
     }
     assert turn(frames) == ["typing:start", "phase:streaming", "text_delta", "phase:done", "typing:stop", "response"]
     assert frames[-1] == {
