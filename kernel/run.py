@@ -64,8 +64,17 @@ class RunState:
         self.new_messages: list[Message] = []
         self.open_calls: list[ToolCall] = []
         self.pending_client_calls: list[ToolCall] = []
-        self.partial = ""
+        self.partial_parts: list[str] = []  # this model call's text so far (joined once: no quadratic +=)
         self.context_tokens = 0
+
+    @property
+    def partial(self) -> str:
+        return "".join(self.partial_parts)
+
+    def take_partial(self) -> str:
+        text = self.partial
+        self.partial_parts = []
+        return text
 
 
 def user_message(parts: tuple[object, ...]) -> Message:
@@ -100,9 +109,10 @@ async def execute_run(session: Session, run: ActiveRun) -> None:
     interrupted = run.interrupted and error is None
     if interrupted:
         stop = "interrupted"
-        if state.partial:
-            state.text += state.partial
-            state.new_messages.append(Message(role="assistant", content=state.partial))
+        partial = state.take_partial()
+        if partial:
+            state.text += partial
+            state.new_messages.append(Message(role="assistant", content=partial))
     for call in state.open_calls:
         state.new_messages.append(
             Message(role="tool", tool_call_id=call.id, name=call.name, content="interrupted before the tool finished")
@@ -174,7 +184,7 @@ async def _loop(session: Session, run: ActiveRun, state: RunState, ids: dict[str
             temperature=options.temperature,
         )
         calls, finish = await _stream(session, provider, request, state, ids)
-        text, state.partial = state.partial, ""
+        text = state.take_partial()
         state.text += text
         if not calls:
             if text:
@@ -254,7 +264,7 @@ async def _stream(
         async for chunk in chunks:
             if isinstance(chunk, TextChunk):
                 if chunk.text:
-                    state.partial += chunk.text
+                    state.partial_parts.append(chunk.text)
                     session.emit(TextDelta(**ids, text=chunk.text))
             elif isinstance(chunk, ReasoningChunk):
                 if chunk.text:

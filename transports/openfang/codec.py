@@ -263,7 +263,7 @@ class TurnEncoder:
         self.mine = mine
         self.verbose: VerboseLevel = verbose
         self.window_tokens = window_tokens
-        self.streamed: dict[str, str] = {}  # run_id → text sent so far
+        self.streamed: dict[str, list[str]] = {}  # run_id → text sent so far, in pieces
         self.pending_approval: str | None = None
         self.awaiting_turns = False
         self.last_input_tokens = 0
@@ -278,12 +278,12 @@ class TurnEncoder:
         run_id: str = event.run_id  # type: ignore[union-attr]
         match event:
             case m.RunStarted():
-                self.streamed[run_id] = ""
+                self.streamed[run_id] = []
                 return [Typing(state="start"), Phase(phase="streaming")]
             case m.TurnStarted(iteration=iteration):
                 return [Phase(phase="thinking")] if iteration > 0 else []
             case m.TextDelta(text=text):
-                self.streamed[run_id] = self.streamed.get(run_id, "") + text
+                self.streamed.setdefault(run_id, []).append(text)  # joined at the end: no quadratic +=
                 return [TextDeltaOut(content=text)]
             case m.ToolCallStarted(call_id=call_id, name=name, arguments=arguments):
                 out: list[ServerEvent] = [Typing(state="tool", tool=name), ToolStart(id=call_id, tool=name)]
@@ -331,7 +331,7 @@ class TurnEncoder:
         self.awaiting_turns = False
         if isinstance(event, m.RunFinished) and event.context_tokens:
             self.last_input_tokens = event.context_tokens
-        return self.streamed.pop(event.run_id, "")
+        return "".join(self.streamed.pop(event.run_id, ()))
 
     def _finished(self, event: m.RunFinished) -> list[ServerEvent]:
         text = self._end(event)
