@@ -30,6 +30,9 @@ ERROR_KINDS: dict[str, str] = {"parse_error": "parse_error", "timeout": "timeout
 TURN_DECLINED = "The conversation ended: the turn limit was reached and the turn count was not reset."
 TURN_QUESTION = "Reached the maximum number of conversation turns ({max} turns). Reset the turn count to continue?"
 UNREADABLE_ID = "parse_error"
+#: Stream chunks ready together merge into one frame up to this size: a writer that
+#: fell behind must not send one frame bigger than clients accept (websockets: 1 MiB).
+MAX_MERGED_STREAM_CHARS = 65_536
 
 _encode = msgspec.json.Encoder().encode
 _decode_any = msgspec.json.Decoder().decode
@@ -185,6 +188,7 @@ class AgentCliCodec:
                     and isinstance(frame.response, wire.StreamBody)
                     and isinstance(last.response, wire.StreamBody)
                     and last.request_id == frame.request_id
+                    and len(last.response.value) + len(frame.response.value) <= MAX_MERGED_STREAM_CHARS
                 ):
                     last.response = wire.StreamBody(last.response.value + frame.response.value)
                 else:
