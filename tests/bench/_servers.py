@@ -1,0 +1,307 @@
+"""Servers under test, each run in its own process by the benchmarks.
+
+    python -m tests.bench._servers bare     --backend trio
+    python -m tests.bench._servers gateway  --backend asyncio --transport openfang --merge off --set coalesce_ms=0
+    python -m tests.bench._servers upstream --backend asyncio
+    python -m tests.bench._servers cli      --merge off -- serve --transport stdio ...
+    python -m tests.bench._servers pipe     --lines FILE
+
+Each prints ``READY <port or url>`` on stdout once listening and runs until its stdin
+is closed (or it is killed). A separate process per server keeps the client's work
+(in the benchmark process) off the server's core, gives a clean RSS to measure, and
+lets the baseline and the gateway run under identical conditions.
+
+* ``bare``: a raw ASGI WebSocket app on hypercorn, the baseline. Per connection it
+  understands ``load <json list of frames>`` (answers ``loaded``), ``go`` (pushes the
+  loaded frames, one ``websocket.send`` each, as fast as hypercorn takes them),
+  ``stream <json spec>`` (pushes stamped frames paced like the bench provider) and
+  ``ping`` (answers ``pong``).
+* ``gateway``: the kernel with :class:`~tests.bench._provider.BenchProvider` and one
+  transport, with the kernel's merging of waiting text deltas on or off.
+* ``upstream``: the fake OpenAI server (tests/fakes) in echo mode.
+* ``cli``: the real ``gateway`` command line with the bench provider registered as
+  ``bench`` (select it with ``[provider] default = "bench"``), optionally merging off.
+* ``pipe``: the stdio baseline, a bare pipe writer (see :func:`run_pipe`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import sniffio
+
+
+def disable_delta_merging() -> None:
+    """Switch off every merging of text deltas, so that one model delta is one frame.
+
+    * the kernel's merging of adjacent text deltas waiting in a subscriber buffer:
+      ``kernel.hub.Subscription._offer`` merges only when both events are
+      ``kernel.hub.TextDelta`` instances; pointing that module-level name at a class
+      no event is an instance of disables exactly that branch and nothing else;
+    * the agent-cli codec's merging of adjacent ``Stream`` chunks within one batch of
+      ready events: its ``on_events`` is called once per event instead.
+
+    (OpenFang's coalescer is switched off by its own ``coalesce_ms=0``.)
+    """
+    from kernel import hub
+    from transports.agent_cli.codec import AgentCliCodec
+
+    class _NoEventIsThis:
+        pass
+
+    hub.TextDelta = _NoEventIsThis  # type: ignore[attr-defined,misc]
+    one_batch = AgentCliCodec.on_events
+
+    def one_event_at_a_time(self: AgentCliCodec, events: list[Any]) -> list[str]:
+        return [frame for event in events for frame in one_batch(self, [event])]
+
+    AgentCliCodec.on_events = one_event_at_a_time  # type: ignore[method-assign]
+
+
+def _experiment_fast_lock() -> None:
+    import os
+    if os.environ.get("BENCH_FAST_LOCK") != "1":
+        return
+    from transports.shared import _websocket
+    init = _websocket.WebSocket.__init__
+
+    def patched(self, *a, **k):
+        init(self, *a, **k)
+        self._send_lock = anyio.Lock(fast_acquire=True)
+
+    _websocket.WebSocket.__init__ = patched
+
+
+def ready(value: object) -> None:
+    sys.stdout.write(f"READY {value}\n")
+    sys.stdout.flush()
+
+
+async def until_stdin_closes() -> None:
+    def read_all() -> None:
+        while sys.stdin.buffer.read(65536):
+            pass
+
+    await anyio.to_thread.run_sync(read_all, abandon_on_cancel=True)
+
+
+def listen() -> tuple[int, int]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1024)
+    sock.setblocking(False)
+    port = sock.getsockname()[1]
+    return sock.detach(), port
+
+
+# ------------------------------------------------------------------ bare baseline
+
+_encode = msgspec.json.Encoder().encode
+
+
+def stamped_frame(text: str) -> str:
+    """The baseline's latency frame, shaped like an agent-cli ``Stream`` frame."""
+    return _encode({"request_id": "r", "response": {"Stream": text}, "error": None, "token_usage": None}).decode()
+
+
+async def bare_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    if scope["type"] != "websocket":
+        await send({"type": "http.response.start", "status": 404, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    await receive()  # websocket.connect
+    await send({"type": "websocket.accept"})
+    frames: list[str] = []
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.disconnect":
+            return
+        text = message.get("text") or (message.get("bytes") or b"").decode()
+        command, _, arg = text.partition(" ")
+        if command == "load":
+            frames = json.loads(arg)
+            await send({"type": "websocket.send", "text": "loaded"})
+        elif command == "go":
+            for frame in frames:
+                await send({"type": "websocket.send", "text": frame})
+        elif command == "stream":
+            spec = json.loads(arg)
+            n, interval = int(spec["n"]), 1.0 / float(spec["rate"])
+            due = time.monotonic()
+            for _ in range(n):
+                due += interval
+                pause = due - time.monotonic()
+                if pause > 0:
+                    await anyio.sleep(pause)
+                await send({"type": "websocket.send", "text": stamped_frame(f"{time.monotonic():.6f} ")})
+            await send({"type": "websocket.send", "text": _encode({"request_id": "r", "response": {"Complete": {}}}).decode()})
+        elif command == "ping":
+            await send({"type": "websocket.send", "text": "pong"})
+
+
+async def serve_bare(args: argparse.Namespace) -> None:
+    from transports.shared import ServerConfig, build_hypercorn_config
+
+    fd, port = listen()
+    # The same hypercorn settings the gateway's transports use (ping interval, backlog,
+    # no access log), except a message limit big enough for the ``load`` message.
+    config = build_hypercorn_config(ServerConfig(), f"fd://{fd}")
+    config.websocket_max_message_size = 256 * 1024 * 1024
+    config.backlog = 1024
+    stop = anyio.Event()
+    if sniffio.current_async_library() == "trio":
+        from hypercorn.trio import serve
+    else:
+        from hypercorn.asyncio import serve  # type: ignore[assignment]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: serve(bare_app, config, shutdown_trigger=stop.wait, mode="asgi"))  # type: ignore[arg-type]
+        ready(port)  # the socket listens already; connections queue until hypercorn accepts them
+        await until_stdin_closes()
+        tg.cancel_scope.cancel()
+
+
+# ------------------------------------------------------------------ gateway
+
+
+def _transport_class(name: str) -> type:
+    if name == "openfang":
+        from transports.openfang.server import OpenFangTransport
+
+        return OpenFangTransport
+    if name == "agent-cli":
+        from transports.agent_cli.server import AgentCliTransport
+
+        return AgentCliTransport
+    raise SystemExit(f"unknown transport {name}")
+
+
+async def serve_gateway(args: argparse.Namespace) -> None:
+    from kernel import Kernel, SQLiteStore
+    from kernel.settings import SessionSettings, Settings
+    from transports.base import load_config
+
+    from ._provider import BenchProvider
+
+    _experiment_fast_lock()
+    if args.merge == "off":
+        disable_delta_merging()
+    settings = Settings(session=SessionSettings(subscriber_buffer=args.buffer, event_retention=max(args.buffer, 4096)))
+    settings.provider.default = "bench"
+    cls = _transport_class(args.transport)
+    data: dict[str, Any] = {"port": 0, "max_connections_per_ip": 0, "rate_limit_per_minute": 0}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        try:
+            data[key] = json.loads(value)
+        except ValueError:
+            data[key] = value
+    config = load_config(cls, data)
+    with contextlib.ExitStack() as stack:
+        db = args.db or str(Path(stack.enter_context(tempfile.TemporaryDirectory())) / "bench.db")
+        kernel = Kernel(settings, providers={"bench": lambda _s: BenchProvider()}, store=SQLiteStore(db))
+        async with kernel:
+            async with anyio.create_task_group() as tg:
+                url = await tg.start(cls().serve, kernel, config)
+                ready(str(url).rsplit(":", 1)[1])
+                await until_stdin_closes()
+                tg.cancel_scope.cancel()
+
+
+# ------------------------------------------------------------------ fake upstream
+
+
+async def serve_upstream(args: argparse.Namespace) -> None:
+    from tests.fakes.openai_server import echo, fake_openai_server
+
+    async with fake_openai_server([echo()]) as server:
+        ready(server.base_url)
+        await until_stdin_closes()
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """The real ``gateway`` command line, plus the ``bench`` provider (and merging off if asked)."""
+    if args.merge == "off":
+        disable_delta_merging()
+    from gateway import app
+    from gateway.cli import main
+
+    from ._provider import BenchProvider
+
+    load_registry = app.load_registry
+
+    def with_bench_provider(*a: Any, **k: Any) -> Any:
+        registry = load_registry(*a, **k)
+        registry.providers["bench"] = lambda _settings: BenchProvider()
+        return registry
+
+    app.load_registry = with_bench_provider  # type: ignore[assignment]
+    return main(args.argv)
+
+
+def run_pipe(args: argparse.Namespace) -> int:
+    """The stdio baseline: write the lines of a file to stdout, one ``write`` each, when told.
+
+    ``READY`` first; then one byte on stdin starts a round (every line once, as fast as
+    the pipe takes them); EOF on stdin ends the process.
+    """
+    import os
+
+    lines = [line + b"\n" for line in Path(args.lines).read_bytes().splitlines()]
+    ready("pipe")
+    while sys.stdin.buffer.read(1):
+        for line in lines:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(1, view):]
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench._servers")
+    parser.add_argument("kind", choices=("bare", "gateway", "upstream", "cli", "pipe"))
+    parser.add_argument("--lines", help="for pipe: the file of lines to write")
+    parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    parser.add_argument("--transport", default="agent-cli")
+    parser.add_argument("--merge", choices=("on", "off"), default="on")
+    parser.add_argument("--db", help="for gateway: the SQLite store (default: a temporary directory)")
+    parser.add_argument("--buffer", type=int, default=512, help="kernel subscriber buffer (events)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="transport config override")
+    argv = sys.argv[1:]
+    rest = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: len(argv) - len(rest) - (1 if rest or "--" in argv else 0)])
+    args.argv = rest  # for cli: the gateway command line, after "--"
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    if args.kind == "cli":
+        return run_cli(args)
+    if args.kind == "pipe":
+        return run_pipe(args)
+    target = {"bare": serve_bare, "gateway": serve_gateway, "upstream": serve_upstream}[args.kind]
+    try:
+        anyio.run(target, args, backend=args.backend)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Run the benchmark suite: ``python -m tests.bench`` or ``python tests/bench/run.py``.
+
+Prints a table (benchmark, variant, backend, baseline, gateway, ratio, target, met)
+and writes every figure, with its details and the machine, to a JSON file.
+See tests/bench/README.md and docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository importable, not this directory
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
+    sys.path.insert(0, str(here.parents[1]))
+    __package__ = "tests.bench"
+
+from tests.bench import _harness as h  # noqa: E402
+
+#: name -> module, in the order they run (http last: it depends on the most moving parts).
+BENCHMARKS = {
+    "ws-stream": "tests.bench.bench_ws_stream",
+    "stdio": "tests.bench.bench_stdio",
+    "memory": "tests.bench.bench_memory",
+    "latency": "tests.bench.bench_latency",
+    "http": "tests.bench.bench_http",
+}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench", description="Gateway benchmarks against raw baselines.")
+    parser.add_argument("--quick", action="store_true", help="a ~1 minute smoke run (smaller counts, fewer repetitions)")
+    parser.add_argument("--only", metavar="NAMES", help="comma-separated subset of: " + ", ".join(BENCHMARKS))
+    parser.add_argument("--backend", action="append", choices=h.BACKENDS, help="server backend(s) to measure (default: both)")
+    parser.add_argument("--json", metavar="PATH", help="where to write the results (default tests/bench/results[-quick].json)")
+    return parser.parse_args(argv)
+
+
+async def run_all(args: argparse.Namespace) -> tuple[list[h.Result], list[str]]:
+    settings = h.Settings(quick=args.quick, backends=tuple(args.backend or h.BACKENDS))
+    names = [n.strip() for n in args.only.split(",")] if args.only else list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise SystemExit(f"unknown benchmark(s): {', '.join(unknown)} (known: {', '.join(BENCHMARKS)})")
+    results: list[h.Result] = []
+    failures: list[str] = []
+    for name in names:
+        started = time.perf_counter()
+        print(f"== {name} ...", file=sys.stderr, flush=True)
+        try:
+            module = importlib.import_module(BENCHMARKS[name])
+            got = await module.run(settings)
+        except Exception:
+            failures.append(f"{name}: {traceback.format_exc()}")
+            print(f"== {name} FAILED:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+            continue
+        results += got
+        print(h.table(got), file=sys.stderr)
+        print(f"== {name} done in {time.perf_counter() - started:.1f} s\n", file=sys.stderr, flush=True)
+    return results, failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    h.raise_nofile()
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    results, failures = asyncio.run(run_all(args))
+    duration = time.perf_counter() - started
+    print(h.table(results))
+    print(f"\n{len(results)} figures in {duration:.0f} s; targets met: "
+          f"{sum(r.met is True for r in results)}, not met: {sum(r.met is False for r in results)}")
+    out = Path(args.json) if args.json else Path(__file__).resolve().parent / ("results-quick.json" if args.quick else "results.json")
+    report = {
+        "command": "python -m tests.bench " + " ".join(sys.argv[1:] if argv is None else argv),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "duration_s": round(duration, 1),
+        "machine": h.machine() | {"loadavg_before": load_before, "loadavg_after": os.getloadavg()},
+        "results": [h.result_dict(r) for r in results],
+        "failures": failures,
+    }
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"results written to {out}")
+    for failure in failures:
+        print(f"FAILED {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
