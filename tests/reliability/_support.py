@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import anyio
 import msgspec
 import sniffio
-from wsproto import ConnectionType, WSConnection
+from wsproto import ConnectionState, ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, CloseConnection, Ping, RejectConnection, Request, TextMessage
 
 from kernel import Kernel
@@ -156,6 +156,7 @@ class RawWebSocket:
             elif isinstance(event, CloseConnection):
                 if self.close_code is None:
                     self.close_code, self.close_reason = event.code, event.reason or ""
+                if self.conn.state is ConnectionState.REMOTE_CLOSING:
                     try:
                         self.sock.sendall(self.conn.send(event.response()))
                     except OSError:

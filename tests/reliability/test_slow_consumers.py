@@ -10,7 +10,7 @@ The bound, from the kernel outwards:
   closes the socket with 1008 ("client too slow"), so a stalled client holds at most
   the socket buffers plus one frame. On the trio worker, hypercorn cannot interrupt a
   blocked socket write; there the OS drops a peer that takes no data for
-  ``lag_grace_s + 2`` seconds (TCP_USER_TIMEOUT).
+  ``2 * lag_grace_s + 1`` seconds (TCP_USER_TIMEOUT).
 * Resumption: OpenFang and Agent-CLI sockets have no way to resume from a ``seq``; a
   client reconnects and reads the history. stdio has none either (one process, one
   pipe): a stdio reader that falls behind and loses events gets a
@@ -20,15 +20,21 @@ The bound, from the kernel outwards:
 
 from __future__ import annotations
 
+import asyncio
+import json
+import threading
+import time
 from typing import Any
 
 import anyio
 import pytest
+import websockets
 
 from kernel import model as m
 from kernel.hub import MAX_MERGED_CHARS
 from kernel.settings import Settings
 from kernel.testing import ScriptedProvider, running_kernel, text_turn
+from tests.reliability._support import RawWebSocket, frames, in_asyncio, live_gateway, serving
 from transports.openfang.state import EventFeed
 
 pytestmark = pytest.mark.anyio
@@ -113,3 +119,121 @@ async def test_a_stalled_subscriber_holds_a_bounded_buffer_and_is_cut_off() -> N
         rest = resumed.receive_nowait()
         text = "".join(e.text for e in [*left, *rest] if isinstance(e, m.TextDelta))
         assert text == "".join(pieces) and isinstance(rest[-1], m.RunFinished)
+
+
+# ------------------------------------------------------------------ live WebSocket clients
+
+PIECES = [f"<{i:04d}>" + "y" * 16378 for i in range(600)]  # 9.8 MB in 16 KB deltas: more than the OS buffers hold
+FULL_TEXT = "".join(PIECES)
+
+
+def ws_prompt(dialect: str, session: str) -> str:
+    if dialect == "openfang":
+        return json.dumps({"type": "message", "content": "go", "session_id": session})
+    return json.dumps({"request_id": session, "input": {"Text": "go"}, "stream": True})
+
+
+def streamed_text(dialect: str, texts: list[str]) -> str:
+    out = []
+    for frame in frames(texts):
+        if dialect == "openfang" and frame["type"] == "text_delta":
+            out.append(frame["content"])
+        elif dialect == "agent-cli" and "Stream" in frame.get("response", {}):
+            out.append(frame["response"]["Stream"])
+    return "".join(out)
+
+
+async def healthy_stream(url: str, dialect: str) -> str:
+    """A client that reads as fast as it can: it must get the whole answer."""
+    async with websockets.connect(url, max_size=None, proxy=None, open_timeout=10) as ws:
+        await ws.send(ws_prompt(dialect, "healthy"))
+        texts: list[str] = []
+        async with asyncio.timeout(30):
+            async for text in ws:
+                texts.append(str(text))
+                frame = json.loads(text)
+                if frame.get("type") == "response" or "Complete" in frame.get("response", {}):
+                    return streamed_text(dialect, texts)
+    raise AssertionError("the healthy stream ended early")
+
+
+@pytest.mark.parametrize("dialect", ["openfang", "agent-cli"])
+async def test_a_websocket_client_that_stops_reading_is_cut_off_alone(dialect: str) -> None:
+    settings = lag_settings(buffer=16, retention=4096, grace_s=0.4)
+    provider = ScriptedProvider([text_turn(*PIECES)], delay_s=0.001)
+    async with live_gateway([dialect], provider, settings=settings) as live:
+        kernel = live.kernel
+        worst = {"pending": 0, "chars": 0}
+        stop = anyio.Event()
+
+        async def watch_buffers() -> None:
+            while not stop.is_set():
+                for session in list(kernel.sessions.values()):
+                    for sub in list(session.hub._subscribers):
+                        worst["pending"] = max(worst["pending"], sub.pending)
+                        chars = sum(len(e.text) for e in sub._buffer if isinstance(e, m.TextDelta))
+                        worst["chars"] = max(worst["chars"], chars)
+                await anyio.sleep(0.005)
+
+        healthy: list[str] = []
+
+        async def stream_healthy() -> None:
+            healthy.append(await in_asyncio(lambda: healthy_stream(live.ws(dialect), dialect)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_buffers)
+            slow = await anyio.to_thread.run_sync(lambda: RawWebSocket(live.ws(dialect), rcvbuf=4096))
+            assert slow.status == 101
+            if dialect == "openfang":
+                await anyio.to_thread.run_sync(lambda: slow.read_until(lambda t: len(t) >= 2))
+            slow.send_text(ws_prompt(dialect, "stalled"))
+            with anyio.fail_after(5):
+                while not kernel.sessions:
+                    await anyio.sleep(0.01)
+            stalled = next(iter(kernel.sessions.values()))  # the first session opened
+            # ... and it reads nothing more. Another client streams meanwhile.
+            tg.start_soon(stream_healthy)
+            with anyio.fail_after(10):  # the server lets go of the stalled client's subscription
+                while stalled.hub.subscriber_count:
+                    await anyio.sleep(0.01)
+            await anyio.to_thread.run_sync(slow.read_to_end)  # the client reads again
+            with anyio.fail_after(30):
+                while not healthy:
+                    await anyio.sleep(0.02)
+            stop.set()
+        assert healthy == [FULL_TEXT]
+        slow.close()
+        assert slow.close_code == 1008 and "too slow" in slow.close_reason, (slow.close_code, slow.close_reason)
+        got = streamed_text(dialect, slow.texts)
+        assert len(got) < len(FULL_TEXT) and FULL_TEXT.startswith(got)  # in order, nothing skipped
+        assert worst["pending"] <= settings.session.subscriber_buffer + 1
+        assert worst["chars"] <= settings.session.subscriber_buffer * max(MAX_MERGED_CHARS, len(PIECES[0]))
+
+
+async def test_clients_that_never_read_again_do_not_hold_up_the_servers_stop() -> None:
+    """Without a bound, one such client kept a trio server from stopping for ever: its
+    worker shields socket writes. The OS now drops the peer after 2 * grace + 1 s."""
+    settings = lag_settings(buffer=16, retention=4096, grace_s=0.3)
+    provider = ScriptedProvider([text_turn(*PIECES)], delay_s=0.001)
+    async with running_kernel(provider, settings=settings, commands=()) as kernel:
+        stalled: list[RawWebSocket] = []
+        async with serving(kernel, ["openfang", "agent-cli"]) as live:
+            for dialect in ("openfang", "agent-cli"):
+                client = await anyio.to_thread.run_sync(lambda d=dialect: RawWebSocket(live.ws(d), rcvbuf=4096))
+                client.send_text(ws_prompt(dialect, f"never-{dialect}"))
+                stalled.append(client)
+            with anyio.fail_after(10):  # both streams are under way and their clients have stopped reading
+                while len(kernel.sessions) < 2 or any(s.hub.last_seq < 100 for s in kernel.sessions.values()):
+                    await anyio.sleep(0.01)
+
+            def last_resort() -> None:  # if the server never lets go, end the test anyway
+                time.sleep(10)
+                for client in stalled:
+                    client.sock.close()
+
+            threading.Thread(target=last_resort, daemon=True).start()
+            started = time.monotonic()
+        stopped = time.monotonic() - started
+        for client in stalled:
+            client.close()
+    assert stopped < 2 * 0.3 + 1 + 3, f"the server took {stopped:.1f}s to stop"

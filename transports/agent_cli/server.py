@@ -86,7 +86,10 @@ class AgentCliTransport:
         router = Router(config)
         router.websocket(config.path, partial(_serve_connection, kernel, config))
         async with anyio.create_task_group() as tg:
-            host, port = await tg.start(partial(serve_asgi, router, config))
+            # The OS drops a client that takes no data a little after the kernel would cut
+            # it off for lagging: the backstop for socket writes that cannot be interrupted.
+            peer_timeout_s = 2 * kernel.settings.session.lag_grace_s + 1.0
+            host, port = await tg.start(partial(serve_asgi, router, config, peer_timeout_s=peer_timeout_s))
             shown = f"[{host}]" if ":" in host else host
             task_status.started(f"http://{shown}:{port}")
 
@@ -94,6 +97,7 @@ class AgentCliTransport:
 async def _serve_connection(kernel: Kernel, config: AgentCliConfig, ws: WebSocket) -> None:
     if not await ws.accept():
         return
+    ws.send_timeout_s = kernel.settings.session.lag_grace_s  # a client that stops reading is cut off
     try:
         session = await kernel.session(None, config.agent)
     except KernelError as exc:

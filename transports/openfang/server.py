@@ -39,6 +39,7 @@ def build_app(kernel: Kernel, config: OpenFangConfig) -> Router:
         if not await ws.accept([known_agent]):
             return
         agent_id = ws.state["agent"].agent_id()
+        ws.send_timeout_s = kernel.settings.session.lag_grace_s  # a client that stops reading is cut off
         log.info("socket from %s for agent %s", ws.client_host, agent_id)
         socket = AgentSocket(ws, kernel, config, agent_id, agents=agents, sessions=sessions, uploads=uploads)
         await socket.run()
@@ -56,13 +57,19 @@ class OpenFangTransport:
     async def serve(self, kernel: Kernel, config: OpenFangConfig, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED) -> None:
         app = build_app(kernel, config)
         async with anyio.create_task_group() as tg:
-            host, port = await tg.start(_serve, app, config)
+            host, port = await tg.start(_serve, app, config, peer_timeout_s(kernel))
             shown = f"[{host}]" if ":" in host else host
             task_status.started(f"http://{shown}:{port}")
 
 
-async def _serve(app: Router, config: OpenFangConfig, *, task_status: TaskStatus[tuple[str, int]]) -> None:
-    await serve_asgi(app, config, task_status=task_status)
+def peer_timeout_s(kernel: Kernel) -> float:
+    """When the OS drops a client that takes no data: a little after the kernel would
+    cut it off for lagging (the backstop for socket writes that cannot be interrupted)."""
+    return 2 * kernel.settings.session.lag_grace_s + 1.0
+
+
+async def _serve(app: Router, config: OpenFangConfig, peer_timeout: float, *, task_status: TaskStatus[tuple[str, int]]) -> None:
+    await serve_asgi(app, config, peer_timeout_s=peer_timeout, task_status=task_status)
 
 
 __all__ = ["OpenFangTransport", "build_app"]

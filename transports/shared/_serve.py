@@ -42,6 +42,8 @@ BACKLOG = 128
 #: messages (see ``max_message_bytes``) so a dialect can answer and keep the socket.
 HARD_MESSAGE_FACTOR = 4  # bounded: a frame is buffered whole before it is reported
 MIN_HARD_MESSAGE_BYTES = 1_048_576
+#: A peer that takes no data for this long is dropped by the OS (see ``serve_asgi``).
+DEFAULT_PEER_TIMEOUT_S = 30.0
 
 
 def build_hypercorn_config(config: ServerConfig, bind: str, *, graceful_timeout_s: float = 1.0) -> HypercornConfig:
@@ -64,13 +66,20 @@ def build_hypercorn_config(config: ServerConfig, bind: str, *, graceful_timeout_
     return h
 
 
-def _bind_socket(host: str, port: int) -> socket.socket:
+def _bind_socket(host: str, port: int, peer_timeout_s: float | None = None) -> socket.socket:
     infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, type_, proto, _, addr = infos[0]
     sock = socket.socket(family, type_, proto)
     try:
         if os.name != "nt":
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if peer_timeout_s and hasattr(socket, "TCP_USER_TIMEOUT"):
+            # Inherited by every accepted connection (Linux): a peer that takes no data
+            # (zero window, or nothing acknowledged) for this long is dropped by the OS.
+            # The last resort for writes the server cannot interrupt: hypercorn's trio
+            # worker shields them, so one client that stops reading would otherwise
+            # hold its connection, and the server's shutdown, forever.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, max(1, int(peer_timeout_s * 1000)))
         sock.bind(addr)
         sock.listen(BACKLOG)
         sock.setblocking(False)
@@ -137,6 +146,7 @@ async def serve_asgi(
     *,
     shutdown: anyio.Event | None = None,
     graceful_timeout_s: float = 1.0,
+    peer_timeout_s: float | None = DEFAULT_PEER_TIMEOUT_S,
     task_status: TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` until ``shutdown`` is set (or this task is cancelled).
@@ -145,9 +155,11 @@ async def serve_asgi(
     reported once the socket is listening.  Raises :class:`ConfigError` for an unsafe
     bind.  On shutdown (event or cancellation) open WebSockets are closed with 1001 and
     SSE streams end, then hypercorn stops within ``graceful_timeout_s``.
+    ``peer_timeout_s``: a client that takes no data for this long is disconnected by the
+    OS (TCP_USER_TIMEOUT, where available; None leaves the OS default of many minutes).
     """
     validate_bind(config, os.environ.get(TOKEN_ENV_VAR))
-    sock = _bind_socket(config.host, config.port)
+    sock = _bind_socket(config.host, config.port, peer_timeout_s)
     host, port = sock.getsockname()[:2]
     fd = sock.detach()  # hypercorn takes ownership of the descriptor
     hconfig = build_hypercorn_config(config, f"fd://{fd}", graceful_timeout_s=graceful_timeout_s)

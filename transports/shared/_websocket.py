@@ -149,6 +149,11 @@ class WebSocket:
         self._recv_scope: anyio.CancelScope | None = None
         self._limiter = SlidingWindowLimiter(self.config.rate_limit_per_minute, 60.0)
         self._last_activity = anyio.current_time()
+        #: A frame the client does not take within this many seconds means it stopped
+        #: reading: the socket is closed with 1008 instead of waiting for it forever.
+        #: None waits as long as it takes. Streaming transports set it (the kernel's
+        #: ``session.lag_grace_s``: the same "fell behind too long" rule).
+        self.send_timeout_s: float | None = None
 
     # ------------------------------------------------------------------ state
     @property
@@ -309,14 +314,24 @@ class WebSocket:
         """Send one text frame.  Returns False (and sends nothing) once the socket is closed."""
         if self._state != "connected" or self._closing:
             return False
+        limit = self.send_timeout_s
         async with self._send_lock:
             if self._state != "connected" or self._closing:
                 return False
+            started = anyio.current_time()
             try:
-                await self._send({"type": "websocket.send", "text": text})
+                with anyio.move_on_after(math.inf if limit is None else limit):
+                    await self._send({"type": "websocket.send", "text": text})
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._mark_closed(1006, "connection lost")
                 return False
+            # Measured, not only cancelled: hypercorn's trio worker shields its socket
+            # writes, so there a stalled write is noticed when it finally completes.
+            stalled = limit is not None and anyio.current_time() - started >= limit
+        if stalled:
+            log.warning("websocket from %s did not take a message for %gs; closing it", self.client_host, limit)
+            await self.close(CLOSE_POLICY_VIOLATION, f"client too slow: a message was not read within {limit:g}s")
+            return False
         self._last_activity = anyio.current_time()
         return True
 
