@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 from typing import Any
@@ -36,6 +37,7 @@ from kernel.settings import Settings
 from kernel.testing import ScriptedProvider, running_kernel, text_turn
 from tests.reliability._support import RawWebSocket, frames, in_asyncio, live_gateway, serving
 from transports.openfang.state import EventFeed
+from transports.stdio.server import StdioConfig, StdioTransport
 
 pytestmark = pytest.mark.anyio
 
@@ -237,3 +239,65 @@ async def test_clients_that_never_read_again_do_not_hold_up_the_servers_stop() -
         for client in stalled:
             client.close()
     assert stopped < 2 * 0.3 + 1 + 3, f"the server took {stopped:.1f}s to stop"
+
+
+# ------------------------------------------------------------------ stdio
+
+
+class PipeReader:
+    """Lines of the stdio transport's stdout pipe, read without blocking the event loop."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        os.set_blocking(fd, False)
+        self.buffer = b""
+        self.lines: list[dict[str, Any]] = []
+
+    async def until(self, predicate: Any, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+        with anyio.fail_after(timeout_s):
+            while not any(predicate(line) for line in self.lines):
+                try:
+                    data = os.read(self.fd, 1 << 16)
+                except BlockingIOError:
+                    await anyio.wait_readable(self.fd)
+                    continue
+                self.buffer += data
+                *complete, self.buffer = self.buffer.split(b"\n")
+                self.lines += [json.loads(line) for line in complete if line.strip()]
+        return self.lines
+
+
+@pytest.mark.parametrize("retention", [4096, 16], ids=["resumed", "lost"])
+async def test_a_stdio_reader_that_falls_behind_keeps_its_stream(retention: int) -> None:
+    """The reader stops reading stdout for a while: the pipe fills, the kernel cuts the
+    forwarder off. It must resume (nothing lost while retained; else one
+    ``subscriber_lagged`` line) and keep forwarding: later prompts are answered."""
+    pieces = [f"<{i:04d}>" + "s" * 16378 for i in range(150)]  # 2.4 MB: far over a pipe's 64 KiB
+    settings = lag_settings(buffer=8, retention=retention, grace_s=0.1)
+    provider = ScriptedProvider([text_turn(*pieces), text_turn("second answer")], delay_s=0.002)
+    stdin_r, stdin_w = os.pipe()
+    stdout_r, stdout_w = os.pipe()
+    try:
+        async with running_kernel(provider, settings=settings) as kernel, anyio.create_task_group() as tg:
+            await tg.start(StdioTransport(stdin_r, stdout_w).serve, kernel, StdioConfig(session_id="s"))
+            os.write(stdin_w, b'{"type":"prompt","text":"go","request_id":"p1"}\n')
+            await anyio.sleep(0.8)  # not reading: the forwarder blocks on the full pipe
+            reader = PipeReader(stdout_r)
+            # The whole run, or (its end being among the lost events) the notice of the loss.
+            await reader.until(lambda x: x.get("request_id") == "p1" and x["type"] == "run_finished" or x["type"] == "subscriber_lagged")
+            os.write(stdin_w, b'{"type":"prompt","text":"again","request_id":"p2"}\n')
+            lines = await reader.until(lambda x: x.get("type") == "run_finished" and x["request_id"] == "p2")
+            tg.cancel_scope.cancel()
+    finally:
+        for fd in (stdin_r, stdin_w, stdout_r, stdout_w):
+            os.close(fd)
+    first = [x for x in lines if x.get("request_id") == "p1" and x["type"] == "text_delta"]
+    lagged = [x for x in lines if x["type"] == "subscriber_lagged"]
+    seqs = [x["seq"] for x in lines if "seq" in x and x["type"] != "subscriber_lagged"]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)  # in order, never twice
+    if retention == 4096:
+        assert not lagged and "".join(x["text"] for x in first) == "".join(pieces)
+    else:
+        assert len(lagged) == 1 and lagged[0]["error"]["code"] == "rate_limited"
+        assert "".join(pieces).startswith("".join(x["text"] for x in first if x["seq"] <= lagged[0]["last_seq"]))
+    assert lines[-1]["text"] == "second answer"

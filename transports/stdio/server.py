@@ -104,13 +104,42 @@ class _Connection:
             return
         subscription = await self.kernel.subscribe(session_id)
         self.subscriptions[session_id] = subscription
-        forwarders.start_soon(self.forward, subscription)
+        forwarders.start_soon(self.forward, session_id, subscription)
 
-    async def forward(self, subscription: Subscription) -> None:
-        async with subscription:
-            async for event in subscription:
-                batch = [event, *subscription.receive_nowait()]
-                await self.send_many(batch)
+    async def forward(self, session_id: str, subscription: Subscription) -> None:
+        """Forward a session's events until it closes (deleted, or shutdown).
+
+        A reader that falls behind is cut off by the kernel; forwarding resumes after the
+        last event written, or, when those events are gone, writes the
+        ``subscriber_lagged`` event (its ``last_seq`` says where the gap starts) and goes
+        on from now. Once it ends, a later command to the session follows it anew.
+        """
+        try:
+            while True:
+                lagged: m.SubscriberLagged | None = None
+                async with subscription:
+                    async for event in subscription:
+                        batch = [event, *subscription.receive_nowait()]
+                        if isinstance(batch[-1], m.SubscriberLagged):
+                            lagged = batch.pop()  # type: ignore[assignment]
+                        await self.send_many(batch)
+                if lagged is None:
+                    return
+                subscription = await self.kernel.subscribe(session_id, after_seq=lagged.last_seq)
+                self.subscriptions[session_id] = subscription
+                ready = subscription.receive_nowait()
+                if ready and isinstance(ready[0], m.SubscriberLagged):  # the missed events are gone
+                    subscription.close()
+                    await self.send(ready[0])
+                    subscription = await self.kernel.subscribe(session_id)
+                    self.subscriptions[session_id] = subscription
+                elif ready:
+                    await self.send_many(ready)
+        except KernelError:
+            pass  # the session is gone
+        finally:
+            if self.subscriptions.get(session_id) is subscription:
+                del self.subscriptions[session_id]
 
     async def send(self, message: m.Event | m.Reply) -> None:
         await self.send_many([message])
