@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import socket
 import sys
@@ -104,6 +105,70 @@ async def live_gateway(
     async with running_kernel(provider or ScriptedProvider(), settings=settings, tools=tools, commands=BUILTIN_COMMANDS) as kernel:
         async with serving(kernel, names, **configs) as live:
             yield live
+
+
+# ------------------------------------------------------------------ stdio over pipes
+
+
+class PipeReader:
+    """JSON lines from a pipe, read without blocking the event loop."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        os.set_blocking(fd, False)
+        self.buffer = b""
+        self.lines: list[dict[str, Any]] = []
+
+    async def until(self, predicate: Callable[[dict[str, Any]], bool], timeout_s: float = 10.0, start: int = 0) -> list[dict[str, Any]]:
+        """All lines read so far, once one (from index ``start`` on) matches ``predicate``."""
+        with anyio.fail_after(timeout_s):
+            while not any(predicate(line) for line in self.lines[start:]):
+                try:
+                    data = os.read(self.fd, 1 << 16)
+                except BlockingIOError:
+                    await anyio.wait_readable(self.fd)
+                    continue
+                if not data:
+                    raise EOFError("stdout closed")
+                self.buffer += data
+                *complete, self.buffer = self.buffer.split(b"\n")
+                self.lines += [json.loads(line) for line in complete if line.strip()]
+        return self.lines
+
+
+class StdioPipes:
+    """The stdio transport served in-process on two pipes: ``send`` a command, read ``lines``."""
+
+    def __init__(self) -> None:
+        self.stdin_r, self.stdin_w = os.pipe()
+        self.stdout_r, self.stdout_w = os.pipe()
+        self.reader = PipeReader(self.stdout_r)
+
+    def send(self, obj: Any) -> None:
+        os.write(self.stdin_w, obj if isinstance(obj, bytes) else msgspec.json.encode(obj) + b"\n")
+
+    def close(self) -> None:
+        for fd in (self.stdin_r, self.stdin_w, self.stdout_r, self.stdout_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+@asynccontextmanager
+async def stdio_pipes(kernel: Kernel, **config: Any) -> AsyncIterator[StdioPipes]:
+    from transports.stdio.server import StdioConfig, StdioTransport
+
+    pipes = StdioPipes()
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(StdioTransport(pipes.stdin_r, pipes.stdout_w).serve, kernel, StdioConfig(**config))
+            try:
+                yield pipes
+            finally:
+                tg.cancel_scope.cancel()
+    finally:
+        pipes.close()
 
 
 # ------------------------------------------------------------------ raw WebSocket

@@ -35,7 +35,7 @@ from kernel import model as m
 from kernel.hub import MAX_MERGED_CHARS
 from kernel.settings import Settings
 from kernel.testing import ScriptedProvider, running_kernel, text_turn
-from tests.reliability._support import RawWebSocket, frames, in_asyncio, live_gateway, serving
+from tests.reliability._support import PipeReader, RawWebSocket, frames, in_asyncio, live_gateway, serving
 from transports.openfang.state import EventFeed
 from transports.stdio.server import StdioConfig, StdioTransport
 
@@ -242,29 +242,6 @@ async def test_clients_that_never_read_again_do_not_hold_up_the_servers_stop() -
 
 
 # ------------------------------------------------------------------ stdio
-
-
-class PipeReader:
-    """Lines of the stdio transport's stdout pipe, read without blocking the event loop."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        os.set_blocking(fd, False)
-        self.buffer = b""
-        self.lines: list[dict[str, Any]] = []
-
-    async def until(self, predicate: Any, timeout_s: float = 10.0) -> list[dict[str, Any]]:
-        with anyio.fail_after(timeout_s):
-            while not any(predicate(line) for line in self.lines):
-                try:
-                    data = os.read(self.fd, 1 << 16)
-                except BlockingIOError:
-                    await anyio.wait_readable(self.fd)
-                    continue
-                self.buffer += data
-                *complete, self.buffer = self.buffer.split(b"\n")
-                self.lines += [json.loads(line) for line in complete if line.strip()]
-        return self.lines
 
 
 @pytest.mark.parametrize("retention", [4096, 16], ids=["resumed", "lost"])
