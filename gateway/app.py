@@ -133,5 +133,6 @@ def setup_logging(level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
-    for noisy in ("hypercorn.access", "httpx", "httpcore", "openai"):
+    # openai 3.x brings its own HTTP stack under other names (httpx2, httpcore2).
+    for noisy in ("hypercorn.access", "httpx", "httpcore", "httpx2", "httpcore2", "openai"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
