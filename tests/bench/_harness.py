@@ -78,13 +78,25 @@ def table(results: Sequence[Result]) -> str:
     return "\n".join(lines)
 
 
+def markdown(results: Sequence[Result]) -> str:
+    """The results as a Markdown table (for docs/performance.md)."""
+    head = ["benchmark", "variant", "backend", "metric", "baseline", "gateway", "ratio", "target", "met"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        cells = r.row()
+        cells[-1] = {"yes": "yes", "NO": "**no**", "": "—"}[cells[-1]]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") or "—" for c in cells) + " |")
+    return "\n".join(lines)
+
+
 def machine() -> dict[str, Any]:
+    from importlib.metadata import version
+
     import anyio
     import hypercorn  # noqa: F401
     import msgspec
     import trio
     import websockets
-    from importlib.metadata import version
 
     model = ""
     with contextlib.suppress(OSError):
@@ -294,7 +306,7 @@ async def stop_process(process: asyncio.subprocess.Process, timeout_s: float = 0
             process.stdin.close()
     try:
         await asyncio.wait_for(process.wait(), timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         process.kill()
         await process.wait()
 

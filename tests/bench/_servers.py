@@ -69,18 +69,37 @@ def disable_delta_merging() -> None:
     AgentCliCodec.on_events = one_event_at_a_time  # type: ignore[method-assign]
 
 
-def _experiment_fast_lock() -> None:
+def apply_what_if() -> None:
+    """Opt-in experiments on the code under test, named in ``$BENCH_WHAT_IF`` (comma-separated).
+
+    ``fast-send-lock``: the shared WebSocket wrapper's send lock and the stdio line
+    writer's lock become ``anyio.Lock(fast_acquire=True)``. anyio's default lock yields
+    to the event loop on every uncontended acquire, i.e. once per frame or line
+    written; this measures what the recommended fix would give (see
+    docs/performance.md) without editing the shared plumbing.
+    """
     import os
-    if os.environ.get("BENCH_FAST_LOCK") != "1":
-        return
-    from transports.shared import _websocket
-    init = _websocket.WebSocket.__init__
 
-    def patched(self, *a, **k):
-        init(self, *a, **k)
-        self._send_lock = anyio.Lock(fast_acquire=True)
+    wanted = {w.strip() for w in os.environ.get("BENCH_WHAT_IF", "").split(",") if w.strip()}
+    unknown = wanted - {"fast-send-lock"}
+    if unknown:
+        raise SystemExit(f"unknown BENCH_WHAT_IF experiment(s): {', '.join(sorted(unknown))}")
+    if "fast-send-lock" in wanted:
+        from transports.shared import _lines, _websocket
 
-    _websocket.WebSocket.__init__ = patched
+        ws_init = _websocket.WebSocket.__init__
+        lw_init = _lines.LineWriter.__init__
+
+        def ws_patched(self: Any, *a: Any, **k: Any) -> None:
+            ws_init(self, *a, **k)
+            self._send_lock = anyio.Lock(fast_acquire=True)
+
+        def lw_patched(self: Any, *a: Any, **k: Any) -> None:
+            lw_init(self, *a, **k)
+            self._lock = anyio.Lock(fast_acquire=True)
+
+        _websocket.WebSocket.__init__ = ws_patched  # type: ignore[method-assign]
+        _lines.LineWriter.__init__ = lw_patched  # type: ignore[method-assign]
 
 
 def ready(value: object) -> None:
@@ -202,7 +221,7 @@ async def serve_gateway(args: argparse.Namespace) -> None:
 
     from ._provider import BenchProvider
 
-    _experiment_fast_lock()
+    apply_what_if()
     if args.merge == "off":
         disable_delta_merging()
     settings = Settings(session=SessionSettings(subscriber_buffer=args.buffer, event_retention=max(args.buffer, 4096)))
@@ -219,12 +238,11 @@ async def serve_gateway(args: argparse.Namespace) -> None:
     with contextlib.ExitStack() as stack:
         db = args.db or str(Path(stack.enter_context(tempfile.TemporaryDirectory())) / "bench.db")
         kernel = Kernel(settings, providers={"bench": lambda _s: BenchProvider()}, store=SQLiteStore(db))
-        async with kernel:
-            async with anyio.create_task_group() as tg:
-                url = await tg.start(cls().serve, kernel, config)
-                ready(str(url).rsplit(":", 1)[1])
-                await until_stdin_closes()
-                tg.cancel_scope.cancel()
+        async with kernel, anyio.create_task_group() as tg:
+            url = await tg.start(cls().serve, kernel, config)
+            ready(str(url).rsplit(":", 1)[1])
+            await until_stdin_closes()
+            tg.cancel_scope.cancel()
 
 
 # ------------------------------------------------------------------ fake upstream
@@ -240,6 +258,7 @@ async def serve_upstream(args: argparse.Namespace) -> None:
 
 def run_cli(args: argparse.Namespace) -> int:
     """The real ``gateway`` command line, plus the ``bench`` provider (and merging off if asked)."""
+    apply_what_if()
     if args.merge == "off":
         disable_delta_merging()
     from gateway import app

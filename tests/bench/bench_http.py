@@ -54,25 +54,33 @@ async def run(settings: h.Settings) -> list[h.Result]:
         for backend in settings.backends:
             with tempfile.TemporaryDirectory() as tmp:
                 env = h.child_env(OPENAI_API_KEY=API_KEY, OPENAI_BASE_URL=base_url, GATEWAY_DB=str(Path(tmp) / "gw.db"))
+                echo_env = h.child_env(GATEWAY_DB=str(Path(tmp) / "echo.db"))  # no API key: the offline echo model
                 args = ["serve", "--transport", "http", "--backend", backend, "--port", "0", "-o", "http.rate_limit_per_minute=0"]
-                async with h.gateway_cli(args, env, r"transport http ready on (http://\S+)") as (_, ready):
+                ready_line = r"transport http ready on (http://\S+)"
+                async with h.gateway_cli(args, env, ready_line) as (_, ready), h.gateway_cli(args, echo_env, ready_line) as (_, echo_ready):
                     via = openai.AsyncOpenAI(base_url=ready.group(1) + "/v1", api_key="unused", max_retries=0)
-                    results += await measure(backend, direct, via, requests, n, reps, long_prompt)
+                    echo = openai.AsyncOpenAI(base_url=echo_ready.group(1) + "/v1", api_key="unused", max_retries=0)
+                    results += await measure(backend, direct, via, echo, requests, n, reps, long_prompt)
                     await via.close()
+                    await echo.close()
         await direct.close()
     return results
 
 
-async def measure(backend: str, direct: openai.AsyncOpenAI, via: openai.AsyncOpenAI, requests: int, n: int, reps: int, long_prompt: str) -> list[h.Result]:
+async def measure(
+    backend: str, direct: openai.AsyncOpenAI, via: openai.AsyncOpenAI, echo: openai.AsyncOpenAI, requests: int, n: int, reps: int, long_prompt: str
+) -> list[h.Result]:
     clients = {"direct": (direct, "fake-model"), "gateway": (via, "General Assistant")}
-    for client, model in clients.values():  # warm-up: connections, imports, first run
+    short = {**clients, "echo": (echo, "General Assistant")}
+    expected = {"direct": "hello there", "gateway": "hello there", "echo": "echo: hello there"}
+    for client, model in short.values():  # warm-up: connections, imports, first run
         for _ in range(3):
             await first_token_and_text(client, model, "hello there")
-    ttft: dict[str, list[float]] = {"direct": [], "gateway": []}
+    ttft: dict[str, list[float]] = {name: [] for name in short}
     for _ in range(requests):
-        for name, (client, model) in clients.items():
+        for name, (client, model) in short.items():
             first, _, text, _ = await first_token_and_text(client, model, "hello there")
-            if text != "hello there":
+            if text != expected[name]:
                 raise RuntimeError(f"http ({name}): unexpected answer {text[:80]!r}")
             ttft[name].append(first * 1000)
     times: dict[str, list[float]] = {"direct": [], "gateway": []}
@@ -85,7 +93,7 @@ async def measure(backend: str, direct: openai.AsyncOpenAI, via: openai.AsyncOpe
             if round_:
                 times[name].append(total)
                 chunks[name].append(count)
-    d, g = (sorted(ttft[k]) for k in ("direct", "gateway"))
+    d, g, e = (sorted(ttft[k]) for k in ("direct", "gateway", "echo"))
     added = h.median(g) - h.median(d)
     through = {k: n / h.median(v) for k, v in times.items()}
     ratio = through["gateway"] / through["direct"]
@@ -95,6 +103,11 @@ async def measure(backend: str, direct: openai.AsyncOpenAI, via: openai.AsyncOpe
             baseline=h.median(d), gateway=h.median(g), ratio=None, shown=f"{added:+.2f} ms", target="<= +2 ms", met=added <= 2.0,
             details={"requests": requests, "added_ms": round(added, 3), "direct_p90_ms": round(h.percentile(d, 90), 3),
                      "gateway_p90_ms": round(h.percentile(g, 90), 3)},
+        ),
+        h.Result(
+            bench="http", variant="TTFT, gateway's own echo model (no upstream hop)", backend=backend, metric="ms (median)",
+            baseline=h.median(d), gateway=h.median(e), ratio=None, shown=f"{h.median(e) - h.median(d):+.2f} ms", target="report",
+            details={"requests": requests, "note": "the gateway answering from its echo model vs the fake upstream answering directly"},
         ),
         h.Result(
             bench="http", variant=f"openai SDK, stream of {n} words", backend=backend, metric="deltas/s",

@@ -74,7 +74,8 @@ async def one_stream(ws: ClientConnection, server: str, spec: dict[str, Any], st
                 return received
 
 
-async def measure(server: str, port: int, streams: int, rate: float, seconds: float) -> dict[str, Any]:
+async def measure(server: str, child: h.Child, streams: int, rate: float, seconds: float) -> dict[str, Any]:
+    port = child.port
     kind = "bare" if server == "bare" else server.split(",")[0]
     spec = {"n": int(rate * seconds), "rate": rate, "stamp": True}
     sockets = await open_many(kind, port, None, streams)
@@ -83,9 +84,11 @@ async def measure(server: str, port: int, streams: int, rate: float, seconds: fl
         for round_spec in ({**spec, "n": max(4, int(rate / 2))}, spec):
             delays: list[float] = []
             begin = time.monotonic() + 0.2
+            cpu = child.cpu_s()
             counts = await asyncio.gather(*(
                 one_stream(ws, kind, round_spec, begin + i / (streams * rate), delays) for i, ws in enumerate(sockets)
             ))
+            busy = (child.cpu_s() - cpu) / (time.monotonic() - begin)
     finally:
         await asyncio.gather(*(ws.close() for ws in sockets), return_exceptions=True)
     lost = sum(spec["n"] - c for c in counts)  # of the measured round
@@ -93,7 +96,7 @@ async def measure(server: str, port: int, streams: int, rate: float, seconds: fl
         raise RuntimeError(f"latency ({server}): {lost} deltas did not arrive")
     delays.sort()
     return {"p50_ms": h.percentile(delays, 50), "p99_ms": h.percentile(delays, 99), "max_ms": delays[-1],
-            "deltas": len(delays), "streams": streams, "rate_per_stream": rate, "seconds": seconds}
+            "deltas": len(delays), "server_cpu_share": round(busy, 3), "streams": streams, "rate_per_stream": rate, "seconds": seconds}
 
 
 async def run(settings: h.Settings) -> list[h.Result]:
@@ -105,8 +108,8 @@ async def run(settings: h.Settings) -> list[h.Result]:
     for backend in settings.backends:
         specs = [["bare", "--backend", backend]] + [["gateway", "--backend", backend, *args] for args in CASES.values()]
         async with h.children(*specs) as (bare, *gateways):
-            base = await measure("bare", bare.port, streams, rate, seconds)
-            measured = {label: await measure(label, gw.port, streams, rate, seconds) for label, gw in zip(CASES, gateways)}
+            base = await measure("bare", bare, streams, rate, seconds)
+            measured = {label: await measure(label, gw, streams, rate, seconds) for label, gw in zip(CASES, gateways)}
         for label, m in measured.items():
             for q in ("p50", "p99"):
                 b, g = base[f"{q}_ms"], m[f"{q}_ms"]

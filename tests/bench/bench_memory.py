@@ -23,6 +23,7 @@ import json
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
 
 from . import _harness as h
 from .bench_ws_stream import ws_url
@@ -69,7 +70,7 @@ async def still_open(sockets: list[ClientConnection]) -> int:
             async with asyncio.timeout(20):
                 await (await ws.ping())
             return True
-        except Exception:
+        except (OSError, TimeoutError, ConnectionClosed):
             return False
 
     return sum(await asyncio.gather(*(alive(ws) for ws in sockets)))

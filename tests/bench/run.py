@@ -23,7 +23,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(here.parents[1]))
     __package__ = "tests.bench"
 
-from tests.bench import _harness as h  # noqa: E402
+from tests.bench import _harness as h
 
 #: name -> module, in the order they run (http last: it depends on the most moving parts).
 BENCHMARKS = {
@@ -40,7 +40,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a ~1 minute smoke run (smaller counts, fewer repetitions)")
     parser.add_argument("--only", metavar="NAMES", help="comma-separated subset of: " + ", ".join(BENCHMARKS))
     parser.add_argument("--backend", action="append", choices=h.BACKENDS, help="server backend(s) to measure (default: both)")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (for docs/performance.md)")
     parser.add_argument("--json", metavar="PATH", help="where to write the results (default tests/bench/results[-quick].json)")
+    parser.add_argument("--render", metavar="PATH", help="print the Markdown table of an earlier results file and exit")
     return parser.parse_args(argv)
 
 
@@ -58,7 +60,7 @@ async def run_all(args: argparse.Namespace) -> tuple[list[h.Result], list[str]]:
         try:
             module = importlib.import_module(BENCHMARKS[name])
             got = await module.run(settings)
-        except Exception:
+        except Exception:  # noqa: BLE001 - one failed benchmark must not hide the others' figures
             failures.append(f"{name}: {traceback.format_exc()}")
             print(f"== {name} FAILED:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
             continue
@@ -70,12 +72,16 @@ async def run_all(args: argparse.Namespace) -> tuple[list[h.Result], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.render:
+        saved = json.loads(Path(args.render).read_text())
+        print(h.markdown([h.Result(**r) for r in saved["results"]]))
+        return 0
     h.raise_nofile()
     load_before = os.getloadavg()
     started = time.perf_counter()
     results, failures = asyncio.run(run_all(args))
     duration = time.perf_counter() - started
-    print(h.table(results))
+    print(h.markdown(results) if args.markdown else h.table(results))
     print(f"\n{len(results)} figures in {duration:.0f} s; targets met: "
           f"{sum(r.met is True for r in results)}, not met: {sum(r.met is False for r in results)}")
     out = Path(args.json) if args.json else Path(__file__).resolve().parent / ("results-quick.json" if args.quick else "results.json")
