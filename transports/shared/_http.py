@@ -145,6 +145,7 @@ class Request:
         self.max_body_bytes = max_body_bytes
         self._body: bytes | None = None
         self.body_consumed = False
+        self._body_complete = False
         #: Set once the client disconnected (seen while reading or streaming).
         self.disconnected = False
 
@@ -179,9 +180,42 @@ class Request:
                 raise HttpError(413, f"Request body too large (max {limit} bytes)", code="too_large")
             chunks.append(chunk)
             if not message.get("more_body", False):
+                self._body_complete = True
                 break
         self._body = b"".join(chunks)
         return self._body
+
+    async def finish_body(self) -> bool:
+        """Read and drop what is left of the body, so the connection can serve the next
+        request; False when that is not possible (over ``max_body_bytes``, or taken by
+        a stream): then the response must close the connection.
+
+        A server answering before the body arrived cannot reuse the connection: hypercorn
+        then closes it after the response, without saying so, and a client sending its
+        next request on it gets "server disconnected".
+        """
+        if self._body_complete or self.disconnected:
+            return True
+        if self.body_consumed:
+            return False
+        declared = self.headers.get("content-length")
+        if declared is None and "transfer-encoding" not in self.headers:
+            return True  # no body
+        if declared is not None and declared.strip().isdigit() and int(declared) > self.max_body_bytes:
+            return False
+        self.body_consumed = True
+        size = 0
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                self.disconnected = True
+                return True
+            size += len(message.get("body", b""))
+            if size > self.max_body_bytes:
+                return False
+            if not message.get("more_body", False):
+                self._body_complete = True
+                return True
 
     @overload
     async def json(self) -> Any: ...

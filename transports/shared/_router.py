@@ -174,9 +174,12 @@ class Router:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                if cors:
+                extra = [(k.encode(), v.encode()) for k, v in cors.items()]
+                if not await request.finish_body():  # an unread body must not break keep-alive
+                    extra.append((b"connection", b"close"))
+                if extra:
                     message = dict(message)
-                    message["headers"] = [*message.get("headers", []), *((k.encode(), v.encode()) for k, v in cors.items())]
+                    message["headers"] = [*message.get("headers", []), *extra]
             await send(message)
 
         request.send = tracking_send
