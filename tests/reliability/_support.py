@@ -137,7 +137,7 @@ class PipeReader:
 
 
 class StdioPipes:
-    """The stdio transport served in-process on two pipes: ``send`` a command, read ``lines``."""
+    """A line transport served in-process on two pipes: ``send`` a line, read ``reader.lines``."""
 
     def __init__(self) -> None:
         self.stdin_r, self.stdin_w = os.pipe()
@@ -156,13 +156,13 @@ class StdioPipes:
 
 
 @asynccontextmanager
-async def stdio_pipes(kernel: Kernel, **config: Any) -> AsyncIterator[StdioPipes]:
-    from transports.stdio.server import StdioConfig, StdioTransport
-
+async def stdio_pipes(kernel: Kernel, name: str = "stdio", **config: Any) -> AsyncIterator[StdioPipes]:
+    """A line transport (``stdio`` or ``acp``) served in-process on two pipes."""
+    cls = transport_class(name)
     pipes = StdioPipes()
     try:
         async with anyio.create_task_group() as tg:
-            await tg.start(StdioTransport(pipes.stdin_r, pipes.stdout_w).serve, kernel, StdioConfig(**config))
+            await tg.start(cls(pipes.stdin_r, pipes.stdout_w).serve, kernel, cls.Config(**config))
             try:
                 yield pipes
             finally:

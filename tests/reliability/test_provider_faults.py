@@ -146,6 +146,107 @@ class OpenFangRestDriver:
         return Outcome(False, None, "", body["response"])
 
 
+class HttpNativeDriver:
+    """The http transport's native API: one JSON answer, or the run's SSE events."""
+
+    def __init__(self, url: str, stream: bool) -> None:
+        self.url, self.stream = url, stream
+        self.session_id = "http-sse-faults" if stream else "http-json-faults"
+
+    async def prompt(self, text: str) -> Outcome:
+        async with httpx.AsyncClient(base_url=self.url, timeout=10) as client:
+            await client.post("/v1/sessions", json={"session_id": self.session_id})
+            path = f"/v1/sessions/{self.session_id}/prompt"
+            if not self.stream:
+                response = await client.post(path, json={"text": text}, headers={"accept": "application/json"})
+                body = response.json()
+                if response.status_code != 200:
+                    error = body["error"]
+                    return Outcome(True, error["code"], f"{response.status_code} {error['message']} {json.dumps(error.get('details'))}")
+                return Outcome(False, None, "", body["text"])
+            events = []
+            async with client.stream("POST", path, json={"text": text}) as response:
+                assert response.status_code == 200
+                async for line in response.aiter_lines():
+                    if line.startswith("data: "):
+                        events.append(json.loads(line[6:]))
+        end = events[-1]
+        if end["type"] == "run_failed":
+            return Outcome(True, end["error"]["code"], end["error"]["message"] + json.dumps(end["error"].get("details")))
+        assert end["type"] == "run_finished", events
+        return Outcome(False, None, "", end["text"])
+
+
+#: OpenAI error type and code per kernel code (docs/http.md).
+OPENAI_ERRORS = {"rate_limited": ("429", "rate_limit_error"), "provider_error": ("502", "server_error"), "timeout": ("504", "server_error")}
+
+
+class HttpOpenAIDriver:
+    """The http transport's OpenAI-compatible API (ephemeral sessions: no history to check)."""
+
+    def __init__(self, url: str, stream: bool) -> None:
+        self.url, self.stream, self.session_id = url, stream, None
+
+    async def prompt(self, text: str) -> Outcome:
+        body: dict[str, Any] = {"model": "General Assistant", "messages": [{"role": "user", "content": text}], "stream": self.stream}
+        async with httpx.AsyncClient(base_url=self.url, timeout=10) as client:
+            if not self.stream:
+                response = await client.post("/v1/chat/completions", json=body)
+                return self._outcome(response.status_code, response.json())
+            async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    return self._outcome(response.status_code, response.json())
+                chunks = [line[6:] async for line in response.aiter_lines() if line.startswith("data: ")]
+        assert chunks[-1] == "[DONE]" or "error" in json.loads(chunks[-1]), chunks
+        decoded = [json.loads(c) for c in chunks if c != "[DONE]"]
+        failure = next((c for c in decoded if "error" in c), None)
+        if failure is not None:  # failed after the first token: in the stream
+            return self._outcome(200, failure)
+        return Outcome(False, None, "", "".join(c["choices"][0]["delta"].get("content") or "" for c in decoded if c["choices"]))
+
+    @staticmethod
+    def _outcome(status: int, body: dict[str, Any]) -> Outcome:
+        if "error" in body:
+            error = body["error"]
+            assert set(error) == {"message", "type", "param", "code"}, error  # OpenAI's shape
+            return Outcome(True, f"{status} {error['type']}", error["message"])
+        return Outcome(False, None, "", body["choices"][0]["message"]["content"])
+
+
+class AcpDriver:
+    """An editor on the ACP transport's pipes: session/prompt answers a stop reason or a JSON-RPC error."""
+
+    def __init__(self, pipes: Any) -> None:
+        self.pipes, self.n, self.session_id = pipes, 0, ""
+
+    async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.n += 1
+        start = len(self.pipes.reader.lines)
+        self.pipes.send({"jsonrpc": "2.0", "id": self.n, "method": method, "params": params})
+        lines = await self.pipes.reader.until(lambda x: x.get("id") == self.n and ("result" in x or "error" in x), start=start)
+        return next(x for x in lines[start:] if x.get("id") == self.n and ("result" in x or "error" in x))
+
+    async def open(self, cwd: str) -> AcpDriver:
+        await self.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        self.session_id = (await self.call("session/new", {"cwd": cwd, "mcpServers": []}))["result"]["sessionId"]
+        return self
+
+    async def prompt(self, text: str) -> Outcome:
+        start = len(self.pipes.reader.lines)
+        answer = await self.call("session/prompt", {"sessionId": self.session_id, "prompt": [{"type": "text", "text": text}]})
+        if "error" in answer:
+            error = answer["error"]
+            assert error["code"] == -32603, error
+            return Outcome(True, error["data"]["code"], error["message"])
+        chunks = [
+            x["params"]["update"]["content"]["text"] for x in self.pipes.reader.lines[start:]
+            if x.get("method") == "session/update" and x["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+        ]
+        assert answer["result"]["stopReason"] == "end_turn", answer
+        return Outcome(False, None, "", "".join(chunks))
+
+
 @asynccontextmanager
 async def driver_for(dialect: str, kernel: Kernel, live: Any) -> AsyncIterator[Any]:
     if dialect == "stdio":
@@ -162,6 +263,13 @@ async def driver_for(dialect: str, kernel: Kernel, live: Any) -> AsyncIterator[A
         yield OpenFangRestDriver(live.urls["openfang"], live.agent_id)
     elif dialect == "packet":
         yield PacketDriver(f"faults-{id(kernel)}")
+    elif dialect.startswith("http-native"):
+        yield HttpNativeDriver(live.urls["http"], stream=dialect.endswith("sse"))
+    elif dialect.startswith("http-openai"):
+        yield HttpOpenAIDriver(live.urls["http"], stream=dialect.endswith("stream"))
+    elif dialect == "acp":
+        async with stdio_pipes(kernel, "acp") as pipes:
+            yield await AcpDriver(pipes).open(kernel.settings.store.path.rsplit("/", 1)[0])
     else:
         raise AssertionError(dialect)
 
@@ -173,13 +281,21 @@ def transports_for(dialect: str, kernel: Kernel) -> tuple[list[str], dict[str, A
         return ["agent-cli"], {}
     if dialect == "packet":
         return ["packet"], {"packet": {"endpoint": f"faults-{id(kernel)}"}}
+    if dialect.startswith("http"):
+        return ["http"], {}
     return [], {}
 
 
 EXPECTED_STATUS = {"rate_limited": "429", "provider_error": "502", "timeout": "504"}
 
 
-@pytest.mark.parametrize("dialect", ["stdio", "openfang", "openfang-rest", "agent-cli", "packet"])
+DIALECTS = [
+    "stdio", "openfang", "openfang-rest", "agent-cli", "packet",
+    "http-native-json", "http-native-sse", "http-openai", "http-openai-stream", "acp",
+]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
 async def test_every_fault_ends_the_run_clearly_and_the_next_prompt_works(dialect: str, tmp_path: Path) -> None:
     async with fake_openai_server([OK]) as server:
         kernel = build_kernel(settings_for(server, tmp_path), load_registry(use_entry_points=False))
@@ -192,8 +308,13 @@ async def test_every_fault_ends_the_run_clearly_and_the_next_prompt_works(dialec
                         failed = await driver.prompt(f"fault {name}")
                         recovered = await driver.prompt(f"after {name}")
                     assert failed.failed and failed.message, (name, failed)
-                    if dialect == "stdio":
+                    if dialect in ("stdio", "http-native-json", "http-native-sse", "acp"):
                         assert failed.code == code, (name, failed)
+                    if dialect == "http-native-json":
+                        assert failed.message.startswith(EXPECTED_STATUS[code]), (name, failed)
+                    if dialect.startswith("http-openai"):
+                        status, kind = OPENAI_ERRORS[code]
+                        assert failed.code in (f"{status} {kind}", f"200 {kind}"), (name, failed)  # 200: failed mid-stream
                     if dialect == "openfang-rest":
                         assert failed.code == EXPECTED_STATUS[code], (name, failed)
                     if dialect == "agent-cli":
@@ -202,6 +323,8 @@ async def test_every_fault_ends_the_run_clearly_and_the_next_prompt_works(dialec
                     if name == "429":
                         assert "7" in failed.message, failed  # the Retry-After reaches the client
                     assert not recovered.failed and recovered.text == OK.text, (name, recovered)
+                if dialect.startswith("http-openai"):
+                    return  # each request is its own ephemeral session: no history to keep
                 session_id = driver.session_id if dialect != "agent-cli" else next(iter(kernel.sessions))
                 history = await kernel.execute(m.GetHistory(session_id=session_id))
     assert isinstance(history, m.HistoryView)
