@@ -24,11 +24,13 @@ from plugins.tools.builtin import BUILTIN_TOOLS
 from tests.fakes.openai_server import fake_openai_server
 from tests.reliability._support import RawWebSocket, frames, gateway_child, live_gateway, stdio_pipes, transport_config
 from tests.subprocess_gateway import ROOT, gateway_env
+from transports.http.server import HttpApp
 from transports.openfang.server import build_app
 
 pytestmark = pytest.mark.anyio
 
-NETWORK = ["openfang", "agent-cli"]
+NETWORK = ["openfang", "agent-cli", "http"]
+WEBSOCKETS = ["openfang", "agent-cli"]
 TOKEN = "s3cret-token-for-tests"
 
 
@@ -49,41 +51,58 @@ def test_an_off_loopback_bind_without_a_token_does_not_start(transport: str, tmp
 # ------------------------------------------------------------------ tokens
 
 
-def openfang_entry_points(kernel: Any) -> list[tuple[str, str, bool]]:
-    """Every REST route of the dialect, from its own router: (method, path, needs a token)."""
-    router = build_app(kernel, transport_config("openfang"))
+def entry_points(name: str, kernel: Any) -> list[tuple[str, str, bool]]:
+    """Every HTTP route of a dialect, from its own routers: (method, path, needs a token)."""
+    if name == "openfang":
+        routers = [build_app(kernel, transport_config("openfang"))]
+    else:
+        app = HttpApp(kernel, transport_config("http"))
+        routers = [app.native, app.openai]
     agent = kernel.settings.agents[0].agent_id()
     out = []
-    for route in router._http:
-        path = route.pattern.replace("{id}", agent)
-        path = re.sub(r"\{[^}]+\}", "no-such-thing", path)
-        for method in sorted(route.methods):
-            out.append((method, path, route.auth))
+    for router in routers:
+        for route in router._http:
+            path = route.pattern.replace("{id}", agent) if name == "openfang" else route.pattern
+            path = re.sub(r"\{[^}]+\}", "no-such-thing", path)
+            for method in sorted(route.methods):
+                out.append((method, path, route.auth))
     return out
+
+
+def refused(name: str, path: str, response: httpx.Response) -> bool:
+    """A 401 in the dialect's own error shape."""
+    if response.status_code != 401:
+        return False
+    body = response.json()
+    if name == "openfang":
+        return body == {"error": "Missing or invalid token"}
+    if path.startswith(("/v1/chat", "/v1/models")):
+        return body["error"]["code"] == "invalid_api_key" and set(body["error"]) == {"message", "type", "param", "code"}
+    return body["error"]["code"] == "unauthorized"
 
 
 async def test_every_entry_point_checks_the_token() -> None:
     configs = {name.replace("-", "_"): {"token": TOKEN} for name in NETWORK}
     async with live_gateway(NETWORK, EchoProvider(), **configs) as live:
-        routes = openfang_entry_points(live.kernel)
-        assert len(routes) > 15
-        async with httpx.AsyncClient(base_url=live.urls["openfang"], timeout=10) as client:
-            for method, path, needs_token in routes:
-                body = {"message": "hi"} if method == "POST" else None
-                missing = await client.request(method, path, json=body)
-                wrong = await client.request(method, path, json=body, headers={"authorization": "Bearer not-it"})
-                bearer = await client.request(method, path, json=body, headers={"authorization": f"Bearer {TOKEN}"})
-                query = await client.request(method, path, json=body, params={"token": TOKEN})
-                if needs_token:
-                    assert (missing.status_code, wrong.status_code) == (401, 401), (method, path)
-                    assert missing.json() == {"error": "Missing or invalid token"}
-                else:
-                    assert path == "/api/health" and missing.status_code == 200
-                assert bearer.status_code != 401 and query.status_code != 401, (method, path)
+        for name, health in (("openfang", "/api/health"), ("http", "/health")):
+            routes = entry_points(name, live.kernel)
+            assert len(routes) > 15
+            async with httpx.AsyncClient(base_url=live.urls[name], timeout=10) as client:
+                for method, path, needs_token in routes:
+                    body = {"message": "hi"} if method in ("POST", "PATCH") else None
+                    missing = await client.request(method, path, json=body)
+                    wrong = await client.request(method, path, json=body, headers={"authorization": "Bearer not-it"})
+                    bearer = await client.request(method, path, json=body, headers={"authorization": f"Bearer {TOKEN}"})
+                    query = await client.request(method, path, json=body, params={"token": TOKEN})
+                    if needs_token:
+                        assert refused(name, path, missing) and refused(name, path, wrong), (method, path, missing.text)
+                    else:
+                        assert path == health and missing.status_code == 200
+                    assert bearer.status_code != 401 and query.status_code != 401, (method, path)
 
         def upgrades() -> dict[str, list[int | None]]:
             out: dict[str, list[int | None]] = {}
-            for name in NETWORK:
+            for name in WEBSOCKETS:
                 statuses = []
                 for query, headers in (("", {}), ("?token=nope", {}), (f"?token={TOKEN}", {}), ("", {"authorization": f"Bearer {TOKEN}"})):
                     client = RawWebSocket(live.ws(name, query), headers=headers)
@@ -93,15 +112,19 @@ async def test_every_entry_point_checks_the_token() -> None:
             return out
 
         statuses = await anyio.to_thread.run_sync(upgrades)
-        assert statuses == {name: [401, 401, 101, 101] for name in NETWORK}
+        assert statuses == {name: [401, 401, 101, 101] for name in WEBSOCKETS}
 
 
-async def test_cross_origin_websockets_are_refused() -> None:
+async def test_cross_origin_websockets_and_requests_are_refused() -> None:
     async with live_gateway(NETWORK, EchoProvider()) as live:
+        async with httpx.AsyncClient(base_url=live.urls["http"], timeout=10) as client:
+            for path in ("/v1/agents", "/v1/models"):  # the http API has no sockets: any request with a foreign Origin
+                assert (await client.get(path, headers={"origin": "https://evil.example"})).status_code == 403
+                assert (await client.get(path)).status_code == 200
 
         def upgrades() -> dict[str, list[int | None]]:
             out: dict[str, list[int | None]] = {}
-            for name in NETWORK:
+            for name in WEBSOCKETS:
                 statuses = []
                 for origin in ("https://evil.example", "http://localhost.evil.example", "null", "http://localhost:5173", None):
                     client = RawWebSocket(live.ws(name), headers={"origin": origin} if origin else {})
@@ -111,7 +134,7 @@ async def test_cross_origin_websockets_are_refused() -> None:
             return out
 
         statuses = await anyio.to_thread.run_sync(upgrades)
-    assert statuses == {name: [403, 403, 403, 101, 101] for name in NETWORK}
+    assert statuses == {name: [403, 403, 403, 101, 101] for name in WEBSOCKETS}
 
 
 # ------------------------------------------------------------------ file tools
@@ -181,10 +204,11 @@ async def test_the_api_key_never_appears_in_any_answer_or_log_line(tmp_path: Pat
         env = gateway_env(tmp_path / "g.db", OPENAI_API_KEY=key, OPENAI_BASE_URL=upstream.base_url)
         args = [
             "serve", "--backend", anyio_backend, "--config", str(config), "-t", "stdio", "-t", "openfang", "-t", "agent-cli",
-            "--set", "openfang.port=0", "--set", "agent_cli.port=0", "--set", 'stdio.session_id="keys"',
+            "-t", "http", "--set", "openfang.port=0", "--set", "agent_cli.port=0", "--set", "http.port=0",
+            "--set", 'stdio.session_id="keys"',
         ]
         async with gateway_child(args, env, cwd=tmp_path) as child:
-            await child.wait_ready(["openfang", "agent-cli"])
+            await child.wait_ready(["openfang", "agent-cli", "http"])
             for rid, command in enumerate([
                 {"type": "get_settings"},
                 {"type": "update_settings", "changes": {"provider": {"openai": {"model": "fake-model"}}}},
@@ -203,6 +227,18 @@ async def test_the_api_key_never_appears_in_any_answer_or_log_line(tmp_path: Pat
                 for path in ("/api/status", "/api/agents", f"/api/agents/{agent}", "/api/version", "/api/commands"):
                     seen.append((await client.get(path)).text)
                 seen.append((await client.post(f"/api/agents/{agent}/message", json={"message": "and over REST?"})).text)
+            async with httpx.AsyncClient(base_url=child.urls["http"], timeout=10) as client:
+                for path in ("/v1/settings", "/v1/status", "/v1/agents", "/v1/models", "/v1/commands"):
+                    seen.append((await client.get(path)).text)
+                seen.append((await client.patch("/v1/settings", json={"provider": {"openai": {"api_key": "sk-…" + key[-4:]}}})).text)
+                seen.append((await client.get("/v1/settings")).text)
+                await client.post("/v1/sessions", json={"session_id": "keys-http"})
+                seen.append((await client.post("/v1/sessions/keys-http/prompt", json={"text": "http?"}, headers={"accept": "application/json"})).text)
+                seen.append((await client.post("/v1/sessions/keys-http/prompt", json={"text": "http sse?"})).text)
+                seen.append((await client.post("/v1/sessions/keys-http/commands", json={"command": "/config"})).text)
+                chat = {"model": "General Assistant", "messages": [{"role": "user", "content": "openai?"}]}
+                seen.append((await client.post("/v1/chat/completions", json=chat)).text)
+                seen.append((await client.post("/v1/chat/completions", json={**chat, "stream": True})).text)
 
             def sockets() -> list[str]:
                 out = []
