@@ -95,15 +95,16 @@ def text_inputs(seeds: list[Any]) -> st.SearchStrategy[str]:
 class Gateway:
     live: Live
     stdio: Any
+    acp: Any
     packet_endpoint: str
 
 
 @asynccontextmanager
 async def everything(endpoint: str) -> AsyncIterator[Gateway]:
     async with running_kernel(EchoProvider(), tools=BUILTIN_TOOLS, commands=BUILTIN_COMMANDS) as kernel:
-        async with serving(kernel, ["openfang", "agent-cli", "packet"], packet={"endpoint": endpoint}) as live:
-            async with stdio_pipes(kernel, session_id="fuzz") as pipes:
-                yield Gateway(live, pipes, endpoint)
+        async with serving(kernel, ["openfang", "agent-cli", "packet", "http"], packet={"endpoint": endpoint}) as live:
+            async with stdio_pipes(kernel, session_id="fuzz") as pipes, stdio_pipes(kernel, "acp") as acp:
+                yield Gateway(live, pipes, acp, endpoint)
 
 
 @pytest.fixture(scope="module", params=["asyncio", "trio"])
@@ -420,3 +421,142 @@ def test_answers_given_before_the_body_was_read_keep_the_connection_usable(gatew
         too_big = client.post(f"/api/agents/{agent}/message", content=b"x" * 2_000_000, headers={"content-type": "application/json"})
         assert too_big.status_code == 413 and too_big.headers["connection"] == "close"
         assert client.get("/api/health").status_code == 200
+
+
+# ------------------------------------------------------------------ http
+
+
+HTTP_NATIVE: list[tuple[str, str, Any]] = [
+    ("POST", "/v1/sessions", {"session_id": "fuzz-http", "label": "x", "agent": "General Assistant"}),
+    ("POST", "/v1/sessions/fuzz-http/prompt", {"text": "hi", "options": {"max_tokens": 3, "system_prompt": "x"}, "request_id": "r"}),
+    ("POST", "/v1/sessions/fuzz-http/prompt", {"parts": [{"type": "text", "text": "a"}, {"type": "file", "name": "a.txt", "data": "aGk=", "content_type": "text/plain"}]}),
+    ("POST", "/v1/sessions/fuzz-http/regenerate", {"options": {}}),
+    ("POST", "/v1/sessions/fuzz-http/interrupt", {}),
+    ("POST", "/v1/sessions/fuzz-http/approvals", {"call_id": "x", "approved": True, "reason": "r", "remember": False}),
+    ("POST", "/v1/sessions/fuzz-http/turn-limit", {"confirmed": True}),
+    ("POST", "/v1/sessions/fuzz-http/commands", {"command": "/help"}),
+    ("POST", "/v1/sessions/fuzz-http/commands", {"name": "history", "args": "3"}),
+    ("POST", "/v1/tools/current_time", {"arguments": {"timezone": "UTC"}, "session_id": "fuzz-http"}),
+    ("POST", "/v1/tools/read_file", {"arguments": {"path": "../../etc/passwd"}}),
+    ("PATCH", "/v1/settings", {"log_level": "info"}),
+    ("GET", "/v1/sessions/fuzz-http/history", None),
+]
+HTTP_OPENAI: list[Any] = [
+    {"model": "General Assistant", "messages": [{"role": "user", "content": "hi"}]},
+    {"model": "default", "stream": True, "stream_options": {"include_usage": True}, "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}]},
+    {"model": "x", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "c", "content": "r"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]},
+    {"model": "General Assistant", "max_tokens": 2, "temperature": 0.5, "n": 1, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]},
+]
+
+
+@st.composite
+def http_requests(draw: st.DrawFn) -> tuple[str, str, bytes, dict[str, str]]:
+    if draw(st.booleans()):
+        method, path, seed = draw(st.sampled_from(HTTP_NATIVE))
+        seeds = [seed] if seed is not None else [{}]
+    else:
+        method, path, seeds = "POST", "/v1/chat/completions", HTTP_OPENAI
+    if draw(st.integers(0, 9)) == 0:
+        path = path.replace("fuzz-http", draw(st.sampled_from(["..", "%2e%2e%2f", "nope", "a" * 300, "x%00y"])))
+    body = draw(st.one_of(text_inputs(seeds).map(raw), st.binary(max_size=120), st.just(b"")))
+    headers = {"accept": draw(st.sampled_from(["application/json", "text/event-stream", "*/*", "text/html"]))}
+    if draw(st.booleans()):
+        headers["content-type"] = draw(st.sampled_from(["application/json", "text/plain", "application/x-www-form-urlencoded"]))
+    if path.endswith("/prompt") and draw(st.integers(0, 3)) == 0:
+        path += "?wait=false"
+    return method, path, body, headers
+
+
+def http_shaped(path: str, response: httpx.Response) -> None:
+    assert response.status_code < 500, (path, response.status_code, response.text[:500])
+    kind = response.headers.get("content-type", "")
+    if kind.startswith("text/event-stream"):
+        events = [line for line in response.text.splitlines() if line.startswith("data: ")]
+        assert events, response.text
+        last = events[-1][6:]
+        assert last == "[DONE]" or json.loads(last)["type"] in ("run_finished", "run_failed") or "error" in json.loads(last), last
+        return
+    body = response.json()
+    if response.status_code >= 400:
+        error = body["error"]
+        if path.startswith("/v1/chat"):
+            assert set(error) == {"message", "type", "param", "code"}, body  # OpenAI's shape
+        else:
+            assert isinstance(error["code"], str) and isinstance(error["message"], str), body
+
+
+def test_http_bodies(gateway: Gateway) -> None:
+    with httpx.Client(base_url=gateway.live.urls["http"], timeout=15) as client:
+        client.post("/v1/sessions", json={"session_id": "fuzz-http"})
+
+        @FUZZ
+        @given(http_requests())
+        def check(request: tuple[str, str, bytes, dict[str, str]]) -> None:
+            method, path, body, headers = request
+            http_shaped(path, client.request(method, path, content=body, headers=headers))
+            assert client.get("/health").json()["status"] == "ok"
+
+        check()
+        client.post("/v1/sessions", json={"session_id": "fuzz-http-final"})
+        answer = client.post("/v1/sessions/fuzz-http-final/prompt", json={"text": "still there?"}, headers={"accept": "application/json"})
+        chat = client.post("/v1/chat/completions", json={"model": "default", "messages": [{"role": "user", "content": "and you?"}]})
+    assert answer.status_code == 200 and answer.json()["text"] == "echo: still there?"
+    assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["content"] == "echo: and you?"
+
+
+# ------------------------------------------------------------------ ACP
+
+
+def acp_until(lines: SyncLines, rid: Any, timeout_s: float = 10.0) -> dict[str, Any]:
+    """Lines until the answer to request ``rid``; every line must be JSON-RPC 2.0."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        while b"\n" in lines.buffer:
+            line, _, lines.buffer = lines.buffer.partition(b"\n")
+            message = json.loads(line)
+            assert message.get("jsonrpc") == "2.0" and ("method" in message or "result" in message or "error" in message), message
+            if "error" in message:
+                assert isinstance(message["error"]["code"], int) and isinstance(message["error"]["message"], str), message
+            if message.get("id") == rid and "method" not in message:
+                return message
+        ready, _, _ = select.select([lines.fd], [], [], max(0.0, deadline - time.monotonic()))
+        assert ready, f"no answer to {rid}"
+        try:
+            lines.buffer += os.read(lines.fd, 1 << 16)
+        except BlockingIOError:
+            pass
+
+
+def test_acp_lines(gateway: Gateway, tmp_path_factory: pytest.TempPathFactory) -> None:
+    pipes, lines = gateway.acp, SyncLines(gateway.acp.stdout_r)
+    cwd = str(tmp_path_factory.mktemp("acp"))
+    pipes.send({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}})
+    assert acp_until(lines, "init")["result"]["protocolVersion"] == 1
+    pipes.send({"jsonrpc": "2.0", "id": "new", "method": "session/new", "params": {"cwd": cwd, "mcpServers": []}})
+    session = acp_until(lines, "new")["result"]["sessionId"]
+    seeds: list[Any] = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": False}}}},
+        {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": cwd, "mcpServers": []}},
+        {"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": {"sessionId": session, "prompt": [{"type": "text", "text": "hi"}]}},
+        {"jsonrpc": "2.0", "id": 4, "method": "session/prompt", "params": {"sessionId": session, "prompt": [{"type": "resource", "resource": {"uri": "file:///a.txt", "text": "x"}}]}},
+        {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}},
+        {"jsonrpc": "2.0", "id": 5, "method": "session/set_mode", "params": {"sessionId": session, "modeId": "default"}},
+        {"jsonrpc": "2.0", "id": 6, "method": "session/load", "params": {"sessionId": "nope", "cwd": cwd, "mcpServers": []}},
+        {"jsonrpc": "2.0", "id": 7, "method": "authenticate", "params": {"methodId": "x"}},
+        {"jsonrpc": "2.0", "id": 0, "result": {"outcome": {"outcome": "cancelled"}}},
+    ]
+
+    @FUZZ
+    @given(st.one_of(text_inputs(seeds), st.binary(max_size=80).filter(lambda b: b"\n" not in b)))
+    def check(line: str | bytes) -> None:
+        data = line if isinstance(line, bytes) else raw(line)
+        pipes.send(data.replace(b"\n", b" ") + b"\n")
+        rid = probe_id()
+        pipes.send({"jsonrpc": "2.0", "id": rid, "method": "authenticate", "params": {}})
+        assert acp_until(lines, rid)["result"] == {}
+
+    check()
+    pipes.send({"jsonrpc": "2.0", "id": "final-new", "method": "session/new", "params": {"cwd": cwd, "mcpServers": []}})
+    final = acp_until(lines, "final-new")["result"]["sessionId"]
+    pipes.send({"jsonrpc": "2.0", "id": "final", "method": "session/prompt", "params": {"sessionId": final, "prompt": [{"type": "text", "text": "still there?"}]}})
+    assert acp_until(lines, "final")["result"]["stopReason"] == "end_turn"
