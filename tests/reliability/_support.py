@@ -249,6 +249,78 @@ class RawWebSocket:
         self.sock.close()
 
 
+class RawSSE:
+    """A blocking HTTP/1.1 client of one SSE response (h11 on a plain socket), for threads.
+
+    Reads only when asked, with a receive buffer that can be made small: a reader that
+    stops reading. ``events`` are (id, event, data) triples.
+    """
+
+    def __init__(self, url: str, method: str, target: str, body: bytes = b"", *, headers: dict[str, str] | None = None, rcvbuf: int | None = None) -> None:
+        import h11
+
+        match = re.match(r"http://([^:/]+):(\d+)", url)
+        assert match, url
+        host, port = match.group(1), int(match.group(2))
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(10)
+        self.sock.connect((host, port))
+        self.h11 = h11
+        self.conn = h11.Connection(our_role=h11.CLIENT)
+        all_headers = [("host", f"{host}:{port}"), ("content-length", str(len(body))), ("accept", "text/event-stream")]
+        all_headers += list((headers or {}).items())
+        self.sock.sendall(self.conn.send(h11.Request(method=method, target=target, headers=all_headers)))
+        self.sock.sendall(self.conn.send(h11.Data(data=body)) + self.conn.send(h11.EndOfMessage()))
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.events: list[tuple[str | None, str | None, str]] = []
+        self.ended = False
+        self._text = ""
+
+    def _pump(self) -> None:
+        h11 = self.h11
+        while True:
+            event = self.conn.next_event()
+            if event is h11.NEED_DATA:
+                data = self.sock.recv(1 << 16)
+                self.conn.receive_data(data)
+                if not data and self.conn.their_state is not h11.DONE:
+                    self.ended = True
+                    return
+                continue
+            if isinstance(event, h11.Response):
+                self.status = event.status_code
+                self.headers = {k.decode(): v.decode() for k, v in event.headers}
+                return
+            if isinstance(event, h11.Data):
+                self._text += bytes(event.data).decode()
+                while "\n\n" in self._text:
+                    block, self._text = self._text.split("\n\n", 1)
+                    fields: dict[str, str] = {}
+                    data_lines = []
+                    for line in block.split("\n"):
+                        key, _, value = line.partition(": ")
+                        if key == "data":
+                            data_lines.append(value)
+                        elif key in ("id", "event"):
+                            fields[key] = value
+                    if data_lines:
+                        self.events.append((fields.get("id"), fields.get("event"), "\n".join(data_lines)))
+                return
+            if isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                self.ended = True
+                return
+
+    def read_until(self, predicate: Callable[[list[tuple[str | None, str | None, str]]], bool]) -> None:
+        while not self.ended and not (self.status and predicate(self.events)):
+            self._pump()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 def frames(texts: list[str]) -> list[dict[str, Any]]:
     return [json.loads(t) for t in texts]
 

@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 import websockets
 
@@ -35,7 +36,7 @@ from kernel import model as m
 from kernel.hub import MAX_MERGED_CHARS
 from kernel.settings import Settings
 from kernel.testing import ScriptedProvider, running_kernel, text_turn
-from tests.reliability._support import PipeReader, RawWebSocket, frames, in_asyncio, live_gateway, serving
+from tests.reliability._support import PipeReader, RawSSE, RawWebSocket, frames, in_asyncio, live_gateway, serving
 from transports.openfang.state import EventFeed
 from transports.stdio.server import StdioConfig, StdioTransport
 
@@ -278,3 +279,63 @@ async def test_a_stdio_reader_that_falls_behind_keeps_its_stream(retention: int)
         assert len(lagged) == 1 and lagged[0]["error"]["code"] == "rate_limited"
         assert "".join(pieces).startswith("".join(x["text"] for x in first if x["seq"] <= lagged[0]["last_seq"]))
     assert lines[-1]["text"] == "second answer"
+
+
+# ------------------------------------------------------------------ http SSE: resume by Last-Event-ID
+
+
+async def test_an_http_sse_reader_that_stalls_resumes_from_its_last_event_id() -> None:
+    settings = lag_settings(buffer=16, retention=4096, grace_s=0.3)
+    provider = ScriptedProvider([text_turn(*PIECES)], delay_s=0.001)
+    async with live_gateway(["http"], provider, settings=settings) as live:
+        kernel, url = live.kernel, live.urls["http"]
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            for session in ("stalled", "healthy"):
+                await client.post("/v1/sessions", json={"session_id": session})
+        worst = {"pending": 0}
+        body = json.dumps({"text": "go"}).encode()
+        stalled = await anyio.to_thread.run_sync(lambda: RawSSE(url, "POST", "/v1/sessions/stalled/prompt", body, rcvbuf=4096))
+        await anyio.to_thread.run_sync(lambda: stalled.read_until(lambda e: len(e) >= 4))  # reads a little, then stops
+        run_id = stalled.headers["x-run-id"]
+
+        async def healthy() -> str:
+            text = []
+            async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+                async with client.stream("POST", "/v1/sessions/healthy/prompt", json={"text": "go"}) as response:
+                    async for line in response.aiter_lines():
+                        if line.startswith("data: "):
+                            event = json.loads(line[6:])
+                            text.append(event.get("text", "") if event["type"] == "text_delta" else "")
+            return "".join(text)
+
+        async def watch() -> None:
+            while True:
+                for sub in list(kernel.sessions["stalled"].hub._subscribers):
+                    worst["pending"] = max(worst["pending"], sub.pending)
+                await anyio.sleep(0.005)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            assert await healthy() == FULL_TEXT  # another session streams in full meanwhile
+            with anyio.fail_after(30):  # the stalled run goes on to its end all the same
+                while kernel.sessions["stalled"].busy:
+                    await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()
+        stalled.close()  # the reader gives up and reconnects from the last event it has
+        before = [(int(i), json.loads(d)) for i, _, d in stalled.events if i is not None]
+        last_id = before[-1][0]
+        after: list[tuple[int, dict[str, Any]]] = []
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            headers = {"last-event-id": str(last_id)}
+            async with client.stream("GET", f"/v1/sessions/stalled/events?run_id={run_id}", headers=headers) as response:
+                event_id = None
+                async for line in response.aiter_lines():
+                    if line.startswith("id: "):
+                        event_id = int(line[4:])
+                    elif line.startswith("data: "):
+                        after.append((event_id or 0, json.loads(line[6:])))
+    seqs = [i for i, _ in before + after]
+    assert seqs == sorted(set(seqs)) and after[0][0] > last_id  # in order, nothing twice
+    text = "".join(e["text"] for _, e in before + after if e["type"] == "text_delta")
+    assert text == FULL_TEXT and after[-1][1]["type"] == "run_finished"  # nothing lost
+    assert worst["pending"] <= settings.session.subscriber_buffer + 1
