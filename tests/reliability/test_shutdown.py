@@ -1,7 +1,8 @@
 """Graceful shutdown: SIGTERM with streams open in every dialect at once.
 
-One ``python -m gateway serve`` serves stdio, OpenFang (a socket and an SSE stream) and
-Agent-CLI; the echo model streams slowly (``GATEWAY_ECHO_DELAY_S``). On SIGTERM every
+One ``python -m gateway serve`` serves stdio, OpenFang (a socket and an SSE stream),
+Agent-CLI and http (a native SSE prompt and an OpenAI stream); the echo model streams
+slowly (``GATEWAY_ECHO_DELAY_S``). On SIGTERM every
 run ends as interrupted and each client sees that end in its own dialect, sockets close
 with 1001, streams end, and the process exits 0 within a few seconds.
 """
@@ -35,14 +36,26 @@ async def sse_until_end(url: str, agent: str, started: anyio.Event, out: list[st
                     started.set()
 
 
+async def http_stream(url: str, path: str, body: dict[str, object], started: anyio.Event, out: list[str]) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        async with client.stream("POST", path, json=body) as response:
+            assert response.status_code == 200
+            async for line in response.aiter_lines():
+                out.append(line)
+                if '"text_delta"' in line or '"content":"echo' in line:
+                    started.set()
+
+
 async def test_sigterm_interrupts_every_stream_closes_cleanly_and_exits_0(tmp_path: Path, anyio_backend: str) -> None:
     env = gateway_env(tmp_path / "g.db", GATEWAY_ECHO_DELAY_S="0.05")
     args = [
-        "serve", "--backend", anyio_backend, "-t", "stdio", "-t", "openfang", "-t", "agent-cli",
-        "--set", "openfang.port=0", "--set", "agent_cli.port=0", "--set", 'stdio.session_id="stdio"',
+        "serve", "--backend", anyio_backend, "-t", "stdio", "-t", "openfang", "-t", "agent-cli", "-t", "http",
+        "--set", "openfang.port=0", "--set", "agent_cli.port=0", "--set", "http.port=0", "--set", 'stdio.session_id="stdio"',
     ]
     async with gateway_child(args, env, cwd=tmp_path) as child:
-        await child.wait_ready(["openfang", "agent-cli"])
+        await child.wait_ready(["openfang", "agent-cli", "http"])
+        async with httpx.AsyncClient(base_url=child.urls["http"], timeout=10) as client:
+            await client.post("/v1/sessions", json={"session_id": "http"})
         async with httpx.AsyncClient(base_url=child.urls["openfang"], timeout=10) as client:
             agent = (await client.get("/api/agents")).json()[0]["id"]
         of_url = child.urls["openfang"].replace("http", "ws") + f"/api/agents/{agent}/ws"
@@ -59,13 +72,21 @@ async def test_sigterm_interrupts_every_stream_closes_cleanly_and_exits_0(tmp_pa
 
         sse: list[str] = []
         sse_started = anyio.Event()
+        native: list[str] = []
+        native_started = anyio.Event()
+        chat: list[str] = []
+        chat_started = anyio.Event()
         async with anyio.create_task_group() as tg:
             tg.start_soon(sse_until_end, child.urls["openfang"], agent, sse_started, sse)
+            tg.start_soon(http_stream, child.urls["http"], "/v1/sessions/http/prompt", {"text": LONG}, native_started, native)
+            chat_body = {"model": "default", "stream": True, "messages": [{"role": "user", "content": LONG}]}
+            tg.start_soon(http_stream, child.urls["http"], "/v1/chat/completions", chat_body, chat_started, chat)
             await child.send_line({"type": "prompt", "text": LONG, "request_id": "long"})
             await child.until_line(lambda x: x.get("type") == "text_delta")
             openfang, cli = await anyio.to_thread.run_sync(open_sockets)
             with anyio.fail_after(10):
-                await sse_started.wait()
+                for started in (sse_started, native_started, chat_started):
+                    await started.wait()
 
             child.process.send_signal(signal.SIGTERM)
             sent = time.monotonic()
@@ -103,3 +124,33 @@ async def test_sigterm_interrupts_every_stream_closes_cleanly_and_exits_0(tmp_pa
     # OpenFang SSE: a done event saying interrupted, and the response ended.
     data = [json.loads(line[len("data: "):]) for line in sse if line.startswith("data: ")]
     assert data[-1].get("done") is True and data[-1].get("interrupted") is True, sse[-6:]
+
+    # http native SSE: the run's events end with run_finished, interrupted.
+    events = [json.loads(line[len("data: "):]) for line in native if line.startswith("data: ")]
+    assert events[-1]["type"] == "run_finished" and events[-1]["interrupted"] is True, native[-4:]
+
+    # http OpenAI stream: a finish reason, then [DONE]: the stream ends properly.
+    assert chat[-1] == "" or chat[-1].startswith("data: ")
+    data_lines = [line[len("data: "):] for line in chat if line.startswith("data: ")]
+    assert data_lines[-1] == "[DONE]", chat[-4:]
+    assert json.loads(data_lines[-2])["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_sigterm_answers_an_open_acp_prompt_cancelled_and_exits_0(tmp_path: Path, anyio_backend: str) -> None:
+    env = gateway_env(tmp_path / "g.db", GATEWAY_ECHO_DELAY_S="0.05")
+    async with gateway_child(["serve", "--backend", anyio_backend, "-t", "acp"], env, cwd=tmp_path) as child:
+        await child.send_line({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}})
+        await child.send_line({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": str(tmp_path), "mcpServers": []}})
+        session = (await child.until_line(lambda x: x.get("id") == 1, timeout_s=30))["result"]["sessionId"]
+        prompt = {"sessionId": session, "prompt": [{"type": "text", "text": LONG}]}
+        await child.send_line({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": prompt})
+        await child.until_line(lambda x: x.get("method") == "session/update" and x["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        child.process.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        with anyio.fail_after(10):
+            code = await child.process.wait()
+        took = time.monotonic() - sent
+        await anyio.sleep(0.05)
+    answers = [x for x in child.lines if x.get("id") == 2]
+    assert answers == [{"jsonrpc": "2.0", "id": 2, "result": answers[0]["result"]}] and answers[0]["result"]["stopReason"] == "cancelled"
+    assert code == 0 and took < 5.0, (code, took)
