@@ -339,3 +339,25 @@ async def test_an_http_sse_reader_that_stalls_resumes_from_its_last_event_id() -
     text = "".join(e["text"] for _, e in before + after if e["type"] == "text_delta")
     assert text == FULL_TEXT and after[-1][1]["type"] == "run_finished"  # nothing lost
     assert worst["pending"] <= settings.session.subscriber_buffer + 1
+
+
+async def test_an_openfang_sse_reader_that_stops_reading_is_let_go() -> None:
+    """OpenFang's SSE has no resumption: a reader that stops reading for longer than the
+    grace period gets its stream ended (no ``done`` event: it knows it was cut short)."""
+    settings = lag_settings(buffer=16, retention=4096, grace_s=0.4)
+    provider = ScriptedProvider([text_turn(*PIECES)], delay_s=0.001)
+    async with live_gateway(["openfang"], provider, settings=settings) as live:
+        body = json.dumps({"message": "go", "session_id": "sse-stalled"}).encode()
+        target = f"/api/agents/{live.agent_id}/message/stream"
+        stalled = await anyio.to_thread.run_sync(lambda: RawSSE(live.urls["openfang"], "POST", target, body, rcvbuf=4096))
+        await anyio.to_thread.run_sync(lambda: stalled.read_until(lambda e: len(e) >= 2))  # then it stops reading
+        with anyio.fail_after(10):  # the server lets go of it
+            while "sse-stalled" not in live.kernel.sessions or live.kernel.sessions["sse-stalled"].hub.subscriber_count:
+                await anyio.sleep(0.01)
+        await anyio.to_thread.run_sync(lambda: stalled.read_until(lambda e: False))  # reads again, to the end
+        stalled.close()
+    assert stalled.ended and stalled.status == 200
+    names = [name for _, name, _ in stalled.events]
+    assert "done" not in names and "chunk" in names
+    text = "".join(json.loads(data)["content"] for _, name, data in stalled.events if name == "chunk")
+    assert 0 < len(text) < len(FULL_TEXT) and FULL_TEXT.startswith(text)

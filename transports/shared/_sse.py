@@ -9,6 +9,7 @@ streams get ``: keep-alive`` comments so proxies do not time them out.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -79,6 +80,12 @@ class SSEStream:
         self._last_write = anyio.current_time()
         self._scope: anyio.CancelScope | None = None
         self._disconnected = anyio.Event()
+        #: An event the client does not take within this many seconds means it stopped
+        #: reading: the stream ends (as if the client had gone) instead of waiting for it
+        #: forever. None waits as long as it takes. Streaming transports set it (the
+        #: kernel's ``session.lag_grace_s``); a client resumes with ``Last-Event-ID``
+        #: where the dialect has it.
+        self.send_timeout_s: float | None = None
 
     @property
     def closed(self) -> bool:
@@ -91,13 +98,21 @@ class SSEStream:
     async def _write(self, chunk: bytes) -> bool:
         if self._closed:
             return False
+        limit = self.send_timeout_s
         async with self._lock:
             if self._closed:
                 return False
+            started = anyio.current_time()
             try:
-                await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+                with anyio.move_on_after(math.inf if limit is None else limit):
+                    await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._mark_closed()
+                return False
+            # Measured, not only cancelled: hypercorn's trio worker shields socket writes.
+            if limit is not None and anyio.current_time() - started >= limit:
+                log.warning("SSE client %s did not take an event for %gs; ending the stream", self._request.client_host, limit)
+                await self.shutdown()
                 return False
             self._last_write = anyio.current_time()
         return True
