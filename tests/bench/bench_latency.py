@@ -102,7 +102,7 @@ async def measure(server: str, child: h.Child, streams: int, rate: float, second
 async def run(settings: h.Settings) -> list[h.Result]:
     streams = settings.pick(200, 50)
     rate = 40.0
-    seconds = settings.pick(5.0, 1.0)
+    seconds = settings.pick(3.0, 1.0)
     h.raise_nofile(4 * streams + 256)
     results: list[h.Result] = []
     for backend in settings.backends:

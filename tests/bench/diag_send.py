@@ -1,0 +1,115 @@
+"""Diagnostic (not part of the suite): the shared WebSocket wrapper's cost per frame.
+
+    python -m tests.bench.diag_send
+
+``transports.shared.WebSocket.send_text`` around an ASGI ``send`` that does nothing,
+against calling that ``send`` directly, on asyncio and trio: what the wrapper adds to
+every frame before hypercorn's own work. Variants: as shipped; with
+``anyio.Lock(fast_acquire=True)`` (anyio's default lock yields to the event loop on
+every acquire, i.e. once per frame); with a send timeout set (``send_timeout_s``, as
+openfang and agent-cli do: one cancel scope with a deadline per frame).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import anyio
+
+FRAMES = 20000
+
+
+async def _noop_send(message: dict[str, Any]) -> None:
+    return None
+
+
+async def _receive() -> dict[str, Any]:
+    await anyio.sleep_forever()
+    raise AssertionError
+
+
+def _socket(*, fast_lock: bool, timeout_s: float | None) -> Any:
+    from transports.shared import WebSocket
+
+    ws = WebSocket({"type": "websocket", "path": "/", "headers": [], "client": ("127.0.0.1", 1)}, _receive, _noop_send)
+    ws._state = "connected"  # as after accept(), without a handshake
+    ws.send_timeout_s = timeout_s
+    if fast_lock:
+        ws._send_lock = anyio.Lock(fast_acquire=True)
+    return ws
+
+
+async def per_frame_us(case: str) -> float:
+    best = float("inf")
+    for _ in range(5):
+        if case == "bare send":
+            started = time.perf_counter()
+            for _ in range(FRAMES):
+                await _noop_send({"type": "websocket.send", "text": "x"})
+        else:
+            ws = _socket(fast_lock="fast" in case, timeout_s=10.0 if "timeout" in case else None)
+            started = time.perf_counter()
+            for _ in range(FRAMES):
+                await ws.send_text("x")
+        best = min(best, (time.perf_counter() - started) / FRAMES * 1e6)
+    return best
+
+
+async def building_blocks() -> dict[str, float]:
+    """What send_text is made of, per call (best of 5)."""
+    import math
+
+    lock = anyio.Lock()
+    fast = anyio.Lock(fast_acquire=True)
+
+    async def default_lock() -> None:
+        async with lock:
+            pass
+
+    async def fast_lock() -> None:
+        async with fast:
+            pass
+
+    async def clock() -> None:
+        anyio.current_time()
+
+    async def scope_inf() -> None:
+        with anyio.move_on_after(math.inf):  # noqa: ASYNC100 - the scope itself is measured
+            pass
+
+    async def scope_10s() -> None:
+        with anyio.move_on_after(10.0):  # noqa: ASYNC100 - the scope itself is measured
+            pass
+
+    out = {}
+    for name, fn in (("Lock() acquire+release", default_lock), ("Lock(fast_acquire=True)", fast_lock), ("anyio.current_time()", clock),
+                     ("move_on_after(inf)", scope_inf), ("move_on_after(10)", scope_10s)):
+        best = float("inf")
+        for _ in range(5):
+            started = time.perf_counter()
+            for _ in range(FRAMES):
+                await fn()
+            best = min(best, (time.perf_counter() - started) / FRAMES * 1e6)
+        out[name] = best
+    return out
+
+
+CASES = ("bare send", "send_text", "send_text + timeout", "send_text, fast lock", "send_text + timeout, fast lock")
+
+
+async def main_async() -> dict[str, float]:
+    return {case: await per_frame_us(case) for case in CASES} | await building_blocks()
+
+
+def main() -> int:
+    results = {backend: anyio.run(main_async, backend=backend) for backend in ("asyncio", "trio")}
+    print(f"{'microseconds per call (best of 5)':34} {'asyncio':>9} {'trio':>9}")
+    for name in results["asyncio"]:
+        print(f"{name:34} {results['asyncio'][name]:9.2f} {results['trio'][name]:9.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
