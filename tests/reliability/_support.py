@@ -24,7 +24,14 @@ import anyio
 import msgspec
 import sniffio
 from wsproto import ConnectionState, ConnectionType, WSConnection
-from wsproto.events import AcceptConnection, CloseConnection, Ping, RejectConnection, Request, TextMessage
+from wsproto.events import (
+    AcceptConnection,
+    CloseConnection,
+    Ping,
+    RejectConnection,
+    Request,
+    TextMessage,
+)
 
 from kernel import Kernel
 from kernel.settings import Settings
@@ -102,9 +109,9 @@ async def live_gateway(
     **configs: dict[str, Any],
 ) -> AsyncIterator[Live]:
     """A kernel on a temporary store with the built-in tools and commands, serving ``names``."""
-    async with running_kernel(provider or ScriptedProvider(), settings=settings, tools=tools, commands=BUILTIN_COMMANDS) as kernel:
-        async with serving(kernel, names, **configs) as live:
-            yield live
+    kernel_cm = running_kernel(provider or ScriptedProvider(), settings=settings, tools=tools, commands=BUILTIN_COMMANDS)
+    async with kernel_cm as kernel, serving(kernel, names, **configs) as live:
+        yield live
 
 
 # ------------------------------------------------------------------ stdio over pipes

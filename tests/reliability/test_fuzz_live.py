@@ -28,14 +28,16 @@ import pytest
 from anyio.from_thread import start_blocking_portal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from websockets.sync.client import ClientConnection, connect as ws_connect
+from websockets.sync.client import ClientConnection
+from websockets.sync.client import connect as ws_connect
 
 from kernel.testing import running_kernel
 from plugins.commands.builtin import BUILTIN_COMMANDS
 from plugins.providers.echo import EchoProvider
 from plugins.tools.builtin import BUILTIN_TOOLS
 from tests.reliability._support import Live, serving, stdio_pipes
-from transports.packet import Packet, connect as packet_connect
+from transports.packet import Packet
+from transports.packet import connect as packet_connect
 
 EXAMPLES = 40
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -101,18 +103,20 @@ class Gateway:
 
 @asynccontextmanager
 async def everything(endpoint: str) -> AsyncIterator[Gateway]:
-    async with running_kernel(EchoProvider(), tools=BUILTIN_TOOLS, commands=BUILTIN_COMMANDS) as kernel:
-        async with serving(kernel, ["openfang", "agent-cli", "packet", "http"], packet={"endpoint": endpoint}) as live:
-            async with stdio_pipes(kernel, session_id="fuzz") as pipes, stdio_pipes(kernel, "acp") as acp:
-                yield Gateway(live, pipes, acp, endpoint)
+    async with (
+        running_kernel(EchoProvider(), tools=BUILTIN_TOOLS, commands=BUILTIN_COMMANDS) as kernel,
+        serving(kernel, ["openfang", "agent-cli", "packet", "http"], packet={"endpoint": endpoint}) as live,
+        stdio_pipes(kernel, session_id="fuzz") as pipes,
+        stdio_pipes(kernel, "acp") as acp,
+    ):
+        yield Gateway(live, pipes, acp, endpoint)
 
 
 @pytest.fixture(scope="module", params=["asyncio", "trio"])
 def gateway(request: pytest.FixtureRequest) -> Iterator[Gateway]:
     endpoint = f"fuzz-{request.param}-{uuid.uuid4().hex[:6]}"
-    with start_blocking_portal(request.param) as portal:
-        with portal.wrap_async_context_manager(everything(endpoint)) as gw:
-            yield gw
+    with start_blocking_portal(request.param) as portal, portal.wrap_async_context_manager(everything(endpoint)) as gw:
+        yield gw
 
 
 def raw(text: str) -> bytes:

@@ -102,11 +102,11 @@ class WsDriver:
         start = len(self.client.texts)
         if self.dialect == "openfang":
             self.client.send_text(json.dumps({"type": "message", "content": text, "session_id": self.session_id}))
-            done: Callable[[dict[str, Any]], bool] = lambda f: f["type"] in ("response", "error")  # noqa: E731
+            done: Callable[[dict[str, Any]], bool] = lambda f: f["type"] in ("response", "error")
         else:
             rid = f"r{self.n}"
             self.client.send_text(json.dumps({"request_id": rid, "input": {"Text": text}, "stream": True}))
-            done = lambda f: f["request_id"] == rid and ("Complete" in f["response"] or bool(f["error"]))  # noqa: E731
+            done = lambda f: f["request_id"] == rid and ("Complete" in f["response"] or bool(f["error"]))
         await anyio.to_thread.run_sync(lambda: self.client.read_until(lambda t: any(done(f) for f in frames(t[start:]))))
         got = frames(self.client.texts[start:])
         end = next(f for f in got if done(f))

@@ -4,7 +4,6 @@ refused, the file tools stay in their workspace, and API keys never leave the pr
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -22,8 +21,15 @@ from plugins.commands.builtin import BUILTIN_COMMANDS
 from plugins.providers.echo import EchoProvider
 from plugins.tools.builtin import BUILTIN_TOOLS
 from tests.fakes.openai_server import fake_openai_server
-from tests.reliability._support import RawWebSocket, frames, gateway_child, live_gateway, stdio_pipes, transport_config
-from tests.subprocess_gateway import ROOT, gateway_env
+from tests.reliability._support import (
+    RawWebSocket,
+    frames,
+    gateway_child,
+    live_gateway,
+    stdio_pipes,
+    transport_config,
+)
+from tests.subprocess_gateway import gateway_env
 from transports.http.server import HttpApp
 from transports.openfang.server import build_app
 
@@ -42,7 +48,7 @@ def test_an_off_loopback_bind_without_a_token_does_not_start(transport: str, tmp
     env = gateway_env(tmp_path / "g.db")
     section = transport.replace("-", "_")
     args = ["serve", "-t", transport, "--set", f'{section}.host="0.0.0.0"', "--set", f"{section}.port=0"]
-    done = subprocess.run([sys.executable, "-m", "gateway", *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-m", "gateway", *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode != 0
     assert "refusing to bind to non-loopback host '0.0.0.0' without a token" in done.stderr, done.stderr
     assert "ready on" not in done.stderr
@@ -164,27 +170,27 @@ async def test_file_tools_never_leave_the_workspace(tmp_path: Path) -> None:
         ("write_file", {"path": "up/evil.txt", "content": "x"}),
         ("write_file", {"path": "dangling", "content": "x"}),
     ]
-    async with running_kernel(EchoProvider(), settings=settings, tools=BUILTIN_TOOLS, commands=BUILTIN_COMMANDS) as kernel:
-        async with stdio_pipes(kernel, session_id="files") as pipes:
-            for n, (tool, args) in enumerate([*attempts, ("read_file", {"path": "inside.txt"})]):
-                rid = f"t{n}"
-                start = len(pipes.reader.lines)
-                pipes.send({"type": "prompt", "text": f"/tool {tool} {json.dumps(args)}", "request_id": rid})
-                while True:  # write_file asks first: say yes, the workspace must still hold
-                    lines = await pipes.reader.until(
-                        lambda x: x.get("request_id") == rid and x["type"] in ("run_finished", "run_failed", "tool_approval_requested"),
-                        start=start,
-                    )
-                    asked = [x for x in lines[start:] if x["type"] == "tool_approval_requested"]
-                    if not asked or any(x["type"] == "run_finished" for x in lines[start:] if x.get("request_id") == rid):
-                        break
-                    start = len(lines)
-                    pipes.send({"type": "resolve_tool_approval", "call_id": asked[0]["call_id"], "approved": True, "request_id": f"a{n}"})
-                result = next(x for x in pipes.reader.lines if x.get("request_id") == rid and x["type"] == "tool_result")
-                if n < len(attempts):
-                    assert result.get("is_error") and "outside the workspace" in result["result"], (tool, args, result)
-                else:
-                    assert not result.get("is_error") and result["result"] == "fine"
+    kernel_cm = running_kernel(EchoProvider(), settings=settings, tools=BUILTIN_TOOLS, commands=BUILTIN_COMMANDS)
+    async with kernel_cm as kernel, stdio_pipes(kernel, session_id="files") as pipes:
+        for n, (tool, args) in enumerate([*attempts, ("read_file", {"path": "inside.txt"})]):
+            rid = f"t{n}"
+            start = len(pipes.reader.lines)
+            pipes.send({"type": "prompt", "text": f"/tool {tool} {json.dumps(args)}", "request_id": rid})
+            while True:  # write_file asks first: say yes, the workspace must still hold
+                lines = await pipes.reader.until(
+                    lambda x, rid=rid: x.get("request_id") == rid and x["type"] in ("run_finished", "run_failed", "tool_approval_requested"),
+                    start=start,
+                )
+                asked = [x for x in lines[start:] if x["type"] == "tool_approval_requested"]
+                if not asked or any(x["type"] == "run_finished" for x in lines[start:] if x.get("request_id") == rid):
+                    break
+                start = len(lines)
+                pipes.send({"type": "resolve_tool_approval", "call_id": asked[0]["call_id"], "approved": True, "request_id": f"a{n}"})
+            result = next(x for x in pipes.reader.lines if x.get("request_id") == rid and x["type"] == "tool_result")
+            if n < len(attempts):
+                assert result.get("is_error") and "outside the workspace" in result["result"], (tool, args, result)
+            else:
+                assert not result.get("is_error") and result["result"] == "fine"
     everything = json.dumps(pipes.reader.lines)
     assert "TOPSECRET" not in everything and "secret.txt\\n" not in everything
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]

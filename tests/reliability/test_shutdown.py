@@ -27,23 +27,22 @@ LONG = " ".join(f"word{i}" for i in range(400))  # 20 s at 0.05 s a word: still 
 
 
 async def sse_until_end(url: str, agent: str, started: anyio.Event, out: list[str]) -> None:
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-        async with client.stream("POST", f"/api/agents/{agent}/message/stream", json={"message": LONG, "session_id": "sse"}) as response:
-            assert response.status_code == 200
-            async for line in response.aiter_lines():
-                out.append(line)
-                if line.startswith("event: chunk"):
-                    started.set()
+    body = {"message": LONG, "session_id": "sse"}
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client, client.stream("POST", f"/api/agents/{agent}/message/stream", json=body) as response:
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            out.append(line)
+            if line.startswith("event: chunk"):
+                started.set()
 
 
 async def http_stream(url: str, path: str, body: dict[str, object], started: anyio.Event, out: list[str]) -> None:
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-        async with client.stream("POST", path, json=body) as response:
-            assert response.status_code == 200
-            async for line in response.aiter_lines():
-                out.append(line)
-                if '"text_delta"' in line or '"content":"echo' in line:
-                    started.set()
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client, client.stream("POST", path, json=body) as response:
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            out.append(line)
+            if '"text_delta"' in line or '"content":"echo' in line:
+                started.set()
 
 
 async def test_sigterm_interrupts_every_stream_closes_cleanly_and_exits_0(tmp_path: Path, anyio_backend: str) -> None:

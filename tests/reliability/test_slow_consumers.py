@@ -36,7 +36,15 @@ from kernel import model as m
 from kernel.hub import MAX_MERGED_CHARS
 from kernel.settings import Settings
 from kernel.testing import ScriptedProvider, running_kernel, text_turn
-from tests.reliability._support import PipeReader, RawSSE, RawWebSocket, frames, in_asyncio, live_gateway, serving
+from tests.reliability._support import (
+    PipeReader,
+    RawSSE,
+    RawWebSocket,
+    frames,
+    in_asyncio,
+    live_gateway,
+    serving,
+)
 from transports.openfang.state import EventFeed
 from transports.stdio.server import StdioConfig, StdioTransport
 
@@ -300,12 +308,14 @@ async def test_an_http_sse_reader_that_stalls_resumes_from_its_last_event_id() -
 
         async def healthy() -> str:
             text = []
-            async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-                async with client.stream("POST", "/v1/sessions/healthy/prompt", json={"text": "go"}) as response:
-                    async for line in response.aiter_lines():
-                        if line.startswith("data: "):
-                            event = json.loads(line[6:])
-                            text.append(event.get("text", "") if event["type"] == "text_delta" else "")
+            async with (
+                httpx.AsyncClient(base_url=url, timeout=30) as client,
+                client.stream("POST", "/v1/sessions/healthy/prompt", json={"text": "go"}) as response,
+            ):
+                async for line in response.aiter_lines():
+                    if line.startswith("data: "):
+                        event = json.loads(line[6:])
+                        text.append(event.get("text", "") if event["type"] == "text_delta" else "")
             return "".join(text)
 
         async def watch() -> None:
