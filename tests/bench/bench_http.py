@@ -43,7 +43,7 @@ async def first_token_and_text(client: openai.AsyncOpenAI, model: str, prompt: s
 
 
 async def run(settings: h.Settings) -> list[h.Result]:
-    requests = settings.pick(150, 30)
+    requests = settings.pick(150, 20)
     n = settings.pick(4000, 1000)
     reps = settings.pick(3, 1)
     long_prompt = " ".join(delta_text(i, 8).strip() for i in range(n))

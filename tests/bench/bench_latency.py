@@ -81,7 +81,7 @@ async def measure(server: str, child: h.Child, streams: int, rate: float, second
     sockets = await open_many(kind, port, None, streams)
     try:
         # A short warm-up round first (a fresh server's first streams are slower), then the measured one.
-        for round_spec in ({**spec, "n": max(4, int(rate / 2))}, spec):
+        for round_spec in ({**spec, "n": max(4, int(rate / 4))}, spec):
             delays: list[float] = []
             begin = time.monotonic() + 0.2
             cpu = child.cpu_s()
@@ -102,7 +102,7 @@ async def measure(server: str, child: h.Child, streams: int, rate: float, second
 async def run(settings: h.Settings) -> list[h.Result]:
     streams = settings.pick(200, 50)
     rate = 40.0
-    seconds = settings.pick(3.0, 1.0)
+    seconds = settings.pick(3.0, 0.75)
     h.raise_nofile(4 * streams + 256)
     results: list[h.Result] = []
     for backend in settings.backends:

@@ -89,7 +89,7 @@ def server_args(server: str, backend: str) -> list[str]:
 
 
 async def measure(server: str, child: h.Child, compression: str | None, count: int) -> dict[str, Any]:
-    warm = await open_many(server, child.port, compression, 20)
+    warm = await open_many(server, child.port, compression, min(20, count // 10))
     negotiated = warm[0].response.headers.get("Sec-WebSocket-Extensions") if warm[0].response else None
     await close_all(warm)
     before = await settle_rss(child)

@@ -264,7 +264,7 @@ async def measure(transport: str, bare: h.Child, gw_off: h.Child, gw_on: h.Child
 
 
 async def run(settings: h.Settings) -> list[h.Result]:
-    n = settings.pick(3000, 1000)
+    n = settings.pick(3000, 600)
     reps = settings.pick(3, 1)
     results: list[h.Result] = []
     for backend in settings.backends:

@@ -4,7 +4,11 @@
 
 ``transports.shared.WebSocket.send_text`` around an ASGI ``send`` that does nothing,
 against calling that ``send`` directly, on asyncio and trio: what the wrapper adds to
-every frame before hypercorn's own work. Variants: as shipped; with
+every frame before hypercorn's own work. It also measures what one ``send()`` on a loopback TCP socket costs when the reader
+is busy (writes back to back) and when it sleeps between writes (the write must wake
+it): the second is what a server streaming deltas as they come pays per frame.
+
+Variants: as shipped; with
 ``anyio.Lock(fast_acquire=True)`` (anyio's default lock yields to the event loop on
 every acquire, i.e. once per frame); with a send timeout set (``send_timeout_s``, as
 openfang and agent-cli do: one cancel scope with a deadline per frame).
@@ -103,11 +107,50 @@ async def main_async() -> dict[str, float]:
     return {case: await per_frame_us(case) for case in CASES} | await building_blocks()
 
 
+def loopback_send_us(frames: int = 5000, gap_us: float = 100.0) -> dict[str, float]:
+    """Microseconds per ``send()`` of a 45-byte frame to a reader in another process."""
+    import os
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    pid = os.fork()
+    if pid == 0:  # the reader: drains until EOF
+        reader = socket.create_connection(server.getsockname())
+        while reader.recv(65536):
+            pass
+        os._exit(0)
+    conn, _ = server.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    out = {}
+    try:
+        for mode in ("reader busy (back to back)", f"reader asleep ({gap_us:g} us between)"):
+            spent = 0.0
+            for _ in range(frames):
+                if "asleep" in mode:
+                    until = time.perf_counter() + gap_us / 1e6
+                    while time.perf_counter() < until:
+                        pass
+                started = time.perf_counter()
+                conn.send(b"x" * 45)
+                spent += time.perf_counter() - started
+            out[mode] = spent / frames * 1e6
+    finally:
+        conn.close()
+        server.close()
+        os.waitpid(pid, 0)
+    return out
+
+
 def main() -> int:
     results = {backend: anyio.run(main_async, backend=backend) for backend in ("asyncio", "trio")}
     print(f"{'microseconds per call (best of 5)':34} {'asyncio':>9} {'trio':>9}")
     for name in results["asyncio"]:
         print(f"{name:34} {results['asyncio'][name]:9.2f} {results['trio'][name]:9.2f}")
+    print()
+    for mode, us in loopback_send_us().items():
+        print(f"loopback send(), {mode:38} {us:7.1f} us")
     return 0
 
 

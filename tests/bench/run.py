@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     h.raise_nofile()
     load_before = os.getloadavg()
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     started = time.perf_counter()
     results, failures = asyncio.run(run_all(args))
     duration = time.perf_counter() - started
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.json) if args.json else Path(__file__).resolve().parent / ("results-quick.json" if args.quick else "results.json")
     report = {
         "command": "python -m tests.bench " + " ".join(sys.argv[1:] if argv is None else argv),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "started": started_at,
         "duration_s": round(duration, 1),
         "machine": h.machine() | {"loadavg_before": load_before, "loadavg_after": os.getloadavg()},
         "results": [h.result_dict(r) for r in results],
