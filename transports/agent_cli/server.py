@@ -207,10 +207,7 @@ class _Connection:
         return None
 
     async def send(self, frames: list[str]) -> bool:
-        for frame in frames:
-            if not await self.ws.send_text(frame):
-                return False
-        return True
+        return await self.ws.send_texts(frames)
 
     # -------------------------------------------------------------- end
 

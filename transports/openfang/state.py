@@ -172,21 +172,26 @@ class EventFeed:
         A ``subscriber_lagged`` event in the batch means events were lost just before it.
         """
         while not self.closed:
-            with anyio.CancelScope(deadline=math.inf if deadline is None else deadline):
-                try:
-                    first = await self._sub.__anext__()
-                except StopAsyncIteration:
-                    self.closed = True
-                    return []
+            # What is ready is taken without a wait (and without a cancel scope: their
+            # cost per event showed in the benchmarks); only an empty feed waits.
+            batch = self._sub.receive_nowait()
+            if not batch:
+                first: m.Event | None = None
+                with anyio.move_on_at(math.inf if deadline is None else deadline):
+                    try:
+                        first = await self._sub.__anext__()
+                    except StopAsyncIteration:
+                        self.closed = True
+                        return []
+                if first is None:
+                    return []  # deadline reached
                 batch = [first, *self._sub.receive_nowait()]
-                if isinstance(batch[-1], m.SubscriberLagged):
-                    lagged = batch.pop()
-                    assert isinstance(lagged, m.SubscriberLagged)
-                    batch += await self._resubscribe(lagged)
-                if batch:
-                    return batch
-                continue
-            return []  # deadline reached
+            if isinstance(batch[-1], m.SubscriberLagged):
+                lagged = batch.pop()
+                assert isinstance(lagged, m.SubscriberLagged)
+                batch += await self._resubscribe(lagged)
+            if batch:
+                return batch
         return []
 
     async def _resubscribe(self, lagged: m.SubscriberLagged) -> list[m.Event]:

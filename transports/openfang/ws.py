@@ -229,9 +229,8 @@ class AgentSocket:
                 frames = outbound.feed(batch, now) if batch else outbound.tick(now)
                 for lost in (e for e in batch if isinstance(e, m.SubscriberLagged)):
                     frames += [*outbound.flush(), ErrorOut(content=f"This connection fell behind and missed events: {lost.error.message}")]
-                for frame in frames:
-                    if not await self.send(frame):
-                        return
+                if frames and not await self.ws.send_texts([encode(frame) for frame in frames]):
+                    return
         finally:
             feed.close()
             if self.encoders.get(feed.session_id) is outbound.encoder:

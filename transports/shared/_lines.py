@@ -86,7 +86,7 @@ class LineWriter:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self._lock = anyio.Lock()
+        self._lock = anyio.Lock(fast_acquire=True)
         self._restore = _set_nonblocking(fd)
         self.closed = False
 

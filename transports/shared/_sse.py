@@ -75,7 +75,7 @@ class SSEStream:
         self._request = request
         self._send = request.send
         self.keepalive_interval_s = keepalive_interval_s
-        self._lock = anyio.Lock()
+        self._lock = anyio.Lock(fast_acquire=True)
         self._closed = False
         self._last_write = anyio.current_time()
         self._scope: anyio.CancelScope | None = None
