@@ -185,8 +185,22 @@ class Kernel:
 
     # -------------------------------------------------------------- sessions
 
-    async def session(self, session_id: str | None = None, agent_id: str | None = None, *, create: bool = True, label: str | None = None) -> Session:
-        """The live session, loaded from the store or created on first use."""
+    async def session(
+        self,
+        session_id: str | None = None,
+        agent_id: str | None = None,
+        *,
+        create: bool = True,
+        label: str | None = None,
+        ephemeral: bool = False,
+    ) -> Session:
+        """The live session, loaded from the store or created on first use.
+
+        ``ephemeral`` creates a new session that lives in memory only (never stored,
+        never listed): a throw-away conversation such as one OpenAI-compatible request.
+        """
+        if ephemeral:
+            return self._start(Session(self, session_id or uuid.uuid4().hex, self.agent(agent_id), label=label, created_at=time.time(), ephemeral=True))
         if session_id is not None and session_id in self.sessions:
             return self.sessions[session_id]
         async with self._session_lock:
@@ -210,10 +224,15 @@ class Kernel:
                 messages = await self.store.load_messages(record.session_id, self.settings.session.history_cap)
             session = Session(self, record.session_id, agent, label=record.label, created_at=record.created_at)
             session.context.extend(messages)
-            self.sessions[session.id] = session
-            assert self._task_group is not None, "use the kernel inside 'async with'"
-            self._task_group.start_soon(session.actor, name=f"session {session.id}")
-            return session
+            return self._start(session)
+
+    def _start(self, session: Session) -> Session:
+        if session.id in self.sessions:
+            raise m.KernelError("invalid_request", f"session {session.id} already exists")
+        self.sessions[session.id] = session
+        assert self._task_group is not None, "use the kernel inside 'async with'"
+        self._task_group.start_soon(session.actor, name=f"session {session.id}")
+        return session
 
     async def unload_session(self, session_id: str, *, grace_s: float = 2.0) -> bool:
         """Take a live session out of memory (its client left); the stored history stays.
@@ -328,7 +347,10 @@ class Kernel:
     async def _delete(self, cmd: m.DeleteSession) -> m.Reply:
         if cmd.session_id is None:
             raise m.KernelError("invalid_request", "session_id is required")
+        live = self.sessions.get(cmd.session_id)
         loaded = await self.unload_session(cmd.session_id)  # its runs end (and record) first
+        if live is not None and live.ephemeral:
+            return m.Done(request_id=cmd.request_id, message="session deleted")
         if not loaded and await self.store.get_session(cmd.session_id) is None:
             raise m.KernelError("not_found", f"Session not found: {cmd.session_id}")
         await self.store.delete_session(cmd.session_id)
@@ -384,23 +406,21 @@ class Kernel:
 
     async def _get_history(self, cmd: m.GetHistory) -> m.Reply:
         session = await self.session(cmd.session_id)
-        messages = await self.store.load_messages(session.id, cmd.limit or self.settings.session.history_cap)
+        messages = await session.history(cmd.limit or self.settings.session.history_cap)
         return m.HistoryView(request_id=cmd.request_id, session_id=session.id, messages=tuple(messages))
 
     async def _save_history(self, cmd: m.SaveHistory) -> m.Reply:
         session = await self.session(cmd.session_id)
         if not cmd.messages:
-            session.context.clear()
-            await self.store.replace_messages(session.id, [])
+            await session.replace_history([])
             return m.Done(request_id=cmd.request_id, message="history cleared")
         await session.persist(list(cmd.messages))
         return m.Done(request_id=cmd.request_id, message="history saved")
 
     async def _clear_history(self, cmd: m.ClearHistory) -> m.Reply:
         session = await self.session(cmd.session_id)
-        session.context.clear()
         session.turns = 0
-        await self.store.replace_messages(session.id, [])
+        await session.replace_history([])
         return m.Done(request_id=cmd.request_id, message="history cleared")
 
     async def _list_agents(self, cmd: m.ListAgents) -> m.Reply:

@@ -144,8 +144,7 @@ async def _prepare(session: Session, job: RunJob) -> None:
         last_user = max((i for i, m in enumerate(session.context) if m.role == "user"), default=None)
         if last_user is None:
             raise KernelError("invalid_request", "nothing to regenerate: the session has no user message")
-        del session.context[last_user + 1 :]
-        await session.kernel.store.replace_messages(session.id, session.context)
+        await session.replace_history(session.context[: last_user + 1])
         return
     if job.resume:
         if not session.context:

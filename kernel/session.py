@@ -78,13 +78,18 @@ class ActiveRun:
 
 
 class Session:
-    def __init__(self, kernel: Kernel, session_id: str, agent: AgentSettings, *, label: str | None, created_at: float) -> None:
+    def __init__(
+        self, kernel: Kernel, session_id: str, agent: AgentSettings, *, label: str | None, created_at: float, ephemeral: bool = False
+    ) -> None:
         cfg = kernel.settings.session
         self.kernel = kernel
         self.id = session_id
         self.agent = agent
         self.label = label
         self.created_at = created_at
+        # An ephemeral session lives in memory only (a throw-away conversation, e.g. one
+        # OpenAI-compatible request): nothing of it reaches the store.
+        self.ephemeral = ephemeral
         self.context: list[Message] = []
         self.turns = 0
         self.state: State = "idle"
@@ -215,10 +220,15 @@ class Session:
         question.answer(yes, reason, remember)
 
     async def clear_context(self, request_id: str | None) -> None:
-        self.context.clear()
         self.turns = 0
-        await self.kernel.store.replace_messages(self.id, [])
+        await self.replace_history([])
         self.emit(ContextCleared(session_id=self.id, request_id=request_id))
+
+    async def replace_history(self, messages: list[Message]) -> None:
+        """Set the context (and the stored history) to ``messages``."""
+        self.context[:] = messages
+        if not self.ephemeral:
+            await self.kernel.store.replace_messages(self.id, self.context)
 
     async def persist(self, messages: list[Message]) -> None:
         """Append to the context and the store before anything is acknowledged."""
@@ -229,7 +239,13 @@ class Session:
         cap = self.kernel.settings.session.history_cap
         if len(self.context) > cap:
             del self.context[: len(self.context) - cap]
-        await self.kernel.store.append_messages(self.id, stamped, cap)
+        if not self.ephemeral:
+            await self.kernel.store.append_messages(self.id, stamped, cap)
+
+    async def history(self, limit: int) -> list[Message]:
+        if self.ephemeral:
+            return self.context[-limit:]
+        return await self.kernel.store.load_messages(self.id, limit)
 
 
 def clear_job(command: ClearContext) -> ClearJob:

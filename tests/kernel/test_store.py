@@ -79,3 +79,18 @@ async def test_schema_version_and_wal(tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(RuntimeError, match="newer"):
         await SQLiteStore(path).open()
+
+
+async def test_ephemeral_sessions_never_touch_the_store(tmp_path: Path) -> None:
+    provider = ScriptedProvider([text_turn("answer")])
+    async with running_kernel(provider, db_path=tmp_path / "e.db") as kernel:
+        session = await kernel.session(None, ephemeral=True)
+        sub = session.hub.subscribe()
+        await kernel.execute(m.SaveHistory(session_id=session.id, messages=(m.Message(role="user", content="before"),)))
+        await kernel.execute(m.Prompt(session_id=session.id, text="q"))
+        await run_events(sub)
+        history = await kernel.execute(m.GetHistory(session_id=session.id))
+        assert [x.content for x in history.messages] == ["before", "q", "answer"]  # type: ignore[union-attr]
+        assert await kernel.store.list_sessions() == [] and await kernel.store.load_messages(session.id) == []
+        await kernel.execute(m.DeleteSession(session_id=session.id))
+        assert session.id not in kernel.sessions

@@ -47,7 +47,8 @@ class EphemeralChat:
 
     async def __aenter__(self) -> Self:
         try:
-            self.session = await self.kernel.session(None, self.plan.agent_id, label=EPHEMERAL_LABEL)
+            # In memory only: no SQLite write stands between the request and the first token.
+            self.session = await self.kernel.session(None, self.plan.agent_id, label=EPHEMERAL_LABEL, ephemeral=True)
             if self.plan.history:
                 await self.kernel.execute(m.SaveHistory(session_id=self.session.id, messages=self.plan.history))
             self._follower = await EventFollower.open(self.kernel, self.session.id)
