@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import anyio
 
-from kernel.model import Message, Usage, parts_text
+from kernel.model import ImagePart, Message, Usage, parts_text
 from kernel.provider import Chunk, FinishChunk, ProviderRequest, TextChunk, ToolCallChunk, UsageChunk
 from kernel.settings import Settings
 
@@ -25,7 +25,12 @@ def _tokens(text: str) -> int:
 
 
 def _text_of(message: Message) -> str:
-    return message.content or parts_text(message.parts)
+    """The message as the echo repeats it; an image shows its size, proof that its bytes arrived."""
+    if message.content:
+        return message.content
+    return " ".join(
+        f"[image {p.mime_type}, {len(p.data)} bytes]" if isinstance(p, ImagePart) else parts_text((p,)) for p in message.parts
+    )
 
 
 class EchoProvider:
