@@ -23,9 +23,9 @@ from kernel import model as m
 from transports.shared import (
     CLOSE_INTERNAL_ERROR,
     CLOSE_NORMAL,
+    TOKEN_ENV_VAR,
     ConfigError,
     Router,
-    TOKEN_ENV_VAR,
     ServerConfig,
     WebSocket,
     WsIdle,
@@ -33,7 +33,7 @@ from transports.shared import (
     WsRateLimited,
     WsText,
     WsTooLarge,
-    serve_asgi,
+    serve_http,
     validate_bind,
 )
 
@@ -85,13 +85,7 @@ class AgentCliTransport:
             raise ConfigError(f"[transports.agent_cli] agent: {exc.message}") from None
         router = Router(config)
         router.websocket(config.path, partial(_serve_connection, kernel, config))
-        async with anyio.create_task_group() as tg:
-            # The OS drops a client that takes no data a little after the kernel would cut
-            # it off for lagging: the backstop for socket writes that cannot be interrupted.
-            peer_timeout_s = 2 * kernel.settings.session.lag_grace_s + 1.0
-            host, port = await tg.start(partial(serve_asgi, router, config, peer_timeout_s=peer_timeout_s))
-            shown = f"[{host}]" if ":" in host else host
-            task_status.started(f"http://{shown}:{port}")
+        await serve_http(router, config, lag_grace_s=kernel.settings.session.lag_grace_s, task_status=task_status)
 
 
 async def _serve_connection(kernel: Kernel, config: AgentCliConfig, ws: WebSocket) -> None:

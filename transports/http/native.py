@@ -57,6 +57,11 @@ class NativeApi:
         self.keepalive_s = keepalive_s
         self.run_timeout_s = run_timeout_s
 
+    @property
+    def send_timeout_s(self) -> float:
+        """A reader that takes no event for this long is let go: the kernel's lag grace."""
+        return self.kernel.settings.session.lag_grace_s
+
     def register(self, router: Router) -> None:
         router.get("/health", auth=False)(self.health)
         router.get("/v1/status")(self.status)
@@ -218,7 +223,7 @@ class NativeApi:
             if codec.wants_json(request.headers.get("accept")):
                 return await self._collect(follower, session_id, accepted.run_id)
             headers = {"x-session-id": session_id, "x-run-id": accepted.run_id}
-            async with open_sse(request, keepalive_interval_s=self.keepalive_s, headers=headers) as stream:
+            async with open_sse(request, keepalive_interval_s=self.keepalive_s, headers=headers, send_timeout_s=self.send_timeout_s) as stream:
                 await self._pump(stream, follower, accepted.run_id)
         return None
 
@@ -253,7 +258,7 @@ class NativeApi:
         except KernelError as exc:
             _refuse(codec.kernel_error(exc))
         headers = {"x-session-id": session_id}
-        async with follower, open_sse(request, keepalive_interval_s=self.keepalive_s, headers=headers) as stream:
+        async with follower, open_sse(request, keepalive_interval_s=self.keepalive_s, headers=headers, send_timeout_s=self.send_timeout_s) as stream:
             await self._pump(stream, follower, run_id)
         return None
 

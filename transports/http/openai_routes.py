@@ -48,6 +48,11 @@ class OpenAIApi:
         self.run_timeout_s = run_timeout_s
         self.approve_tools = approve_tools
 
+    @property
+    def send_timeout_s(self) -> float:
+        """A reader that takes no event for this long is let go: the kernel's lag grace."""
+        return self.kernel.settings.session.lag_grace_s
+
     def register(self, router: Router) -> None:
         router.post("/v1/chat/completions")(self.chat_completions)
         router.get("/v1/models")(self.models)
@@ -138,7 +143,7 @@ class OpenAIApi:
         encoder = ChunkEncoder(
             completion_id=completion_id, created=int(time.time()), model=plan.response_model, include_usage=plan.include_usage
         )
-        async with open_sse(request, keepalive_interval_s=self.keepalive_s, headers={"x-request-id": completion_id}) as stream:
+        async with open_sse(request, keepalive_interval_s=self.keepalive_s, headers={"x-request-id": completion_id}, send_timeout_s=self.send_timeout_s) as stream:
             frames = [encoder.opening()]
             batch = pending
             while True:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import math
-from functools import partial
 from typing import Any, Literal
 
 import anyio
@@ -24,12 +23,13 @@ from transports.shared import (
     ConfigError,
     Headers,
     HttpError,
+    Request,
     Router,
     ServerConfig,
     SlidingWindowLimiter,
     error_response,
     origin_allowed,
-    serve_asgi,
+    serve_http,
 )
 
 from .codec import native_error_body
@@ -119,6 +119,9 @@ class HttpApp:
         router = self.openai if _is_openai_path(scope["path"]) else self.native
         refusal = self._guard(scope)
         if refusal is not None:
+            # Read (or drop) the body first, else the kept-alive connection dies unannounced.
+            if not await Request(scope, receive, send, max_body_bytes=self.config.max_body_bytes).finish_body():
+                refusal.headers = {**(refusal.headers or {}), "connection": "close"}
             await error_response(refusal, router.error_body).send_to(send)
             return
         await router(scope, receive, send)
@@ -151,7 +154,4 @@ class HttpTransport:
     ) -> None:
         check_config(config)
         app = HttpApp(kernel, config)
-        async with anyio.create_task_group() as tg:
-            host, port = await tg.start(partial(serve_asgi, app, config))
-            shown = f"[{host}]" if ":" in host else host
-            task_status.started(f"http://{shown}:{port}")
+        await serve_http(app, config, lag_grace_s=kernel.settings.session.lag_grace_s, task_status=task_status)

@@ -193,8 +193,8 @@ def add_routes(router: Router, kernel: Kernel, config: OpenFangConfig, agents: A
         encoder = SseEncoder()
         coalescer = DeltaCoalescer(config.coalesce_ms / 1000.0, config.coalesce_chars)
         try:
-            async with open_sse(request, keepalive_interval_s=config.sse_keepalive_s) as sse:
-                sse.send_timeout_s = kernel.settings.session.lag_grace_s  # a client that stops reading is let go
+            # A client that stops reading is let go after the kernel's lag grace.
+            async with open_sse(request, keepalive_interval_s=config.sse_keepalive_s, send_timeout_s=kernel.settings.session.lag_grace_s) as sse:
                 while not encoder.finished and not run.feed.closed:
                     batch = await run.next_batch(coalescer.deadline)
                     now = anyio.current_time()

@@ -12,7 +12,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from kernel import Kernel
-from transports.shared import Router, WebSocket, serve_asgi
+from transports.shared import Router, WebSocket, serve_http
 
 from .config import OpenFangConfig
 from .rest import add_routes
@@ -56,20 +56,8 @@ class OpenFangTransport:
 
     async def serve(self, kernel: Kernel, config: OpenFangConfig, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED) -> None:
         app = build_app(kernel, config)
-        async with anyio.create_task_group() as tg:
-            host, port = await tg.start(_serve, app, config, peer_timeout_s(kernel))
-            shown = f"[{host}]" if ":" in host else host
-            task_status.started(f"http://{shown}:{port}")
+        await serve_http(app, config, lag_grace_s=kernel.settings.session.lag_grace_s, task_status=task_status)
 
-
-def peer_timeout_s(kernel: Kernel) -> float:
-    """When the OS drops a client that takes no data: a little after the kernel would
-    cut it off for lagging (the backstop for socket writes that cannot be interrupted)."""
-    return 2 * kernel.settings.session.lag_grace_s + 1.0
-
-
-async def _serve(app: Router, config: OpenFangConfig, peer_timeout: float, *, task_status: TaskStatus[tuple[str, int]]) -> None:
-    await serve_asgi(app, config, peer_timeout_s=peer_timeout, task_status=task_status)
 
 
 __all__ = ["OpenFangTransport", "build_app"]

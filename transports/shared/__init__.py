@@ -32,7 +32,7 @@ from ._http import (
 from ._lines import LineReader, LineTooLong, LineWriter
 from ._router import HttpHandler, Router, WebSocketHandler
 from ._security import SlidingWindowLimiter, extract_token, host_allowed, host_name, origin_allowed, token_matches
-from ._serve import build_hypercorn_config, serve_asgi
+from ._serve import base_url, build_hypercorn_config, serve_asgi, serve_http, stalled_peer_timeout_s
 from ._sse import SSEStream, format_sse, open_sse
 from ._websocket import (
     CLOSE_GOING_AWAY,
@@ -83,6 +83,7 @@ __all__ = [
     "WsRateLimited",
     "WsText",
     "WsTooLarge",
+    "base_url",
     "build_hypercorn_config",
     "default_error_body",
     "error_response",
@@ -96,6 +97,8 @@ __all__ = [
     "origin_allowed",
     "resolve_token",
     "serve_asgi",
+    "serve_http",
+    "stalled_peer_timeout_s",
     "token_matches",
     "validate_bind",
 ]

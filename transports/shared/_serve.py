@@ -17,6 +17,7 @@ import socket
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -206,3 +207,30 @@ async def serve_asgi(
                 if not done.is_set():
                     hyper_scope.cancel()
                 tg.cancel_scope.cancel()
+
+
+def base_url(host: str, port: int, scheme: str = "http") -> str:
+    """``http://127.0.0.1:8000``, ``http://[::1]:8000``: how a transport announces itself."""
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{shown}:{port}"
+
+
+def stalled_peer_timeout_s(lag_grace_s: float) -> float:
+    """When the OS drops a client that takes no data: a little after the kernel would cut
+    it off for lagging (the backstop for socket writes that cannot be interrupted)."""
+    return 2 * lag_grace_s + 1.0
+
+
+async def serve_http(
+    app: ASGIApp,
+    config: ServerConfig,
+    *,
+    lag_grace_s: float | None = None,
+    task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """:func:`serve_asgi` as a transport's ``serve`` wants it: reports the base URL, and
+    drops stalled clients relative to the kernel's ``session.lag_grace_s`` when given."""
+    peer = stalled_peer_timeout_s(lag_grace_s) if lag_grace_s is not None else DEFAULT_PEER_TIMEOUT_S
+    async with anyio.create_task_group() as tg:
+        host, port = await tg.start(partial(serve_asgi, app, config, peer_timeout_s=peer))
+        task_status.started(base_url(host, port))

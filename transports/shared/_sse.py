@@ -179,6 +179,7 @@ async def open_sse(
     status: int = 200,
     headers: Mapping[str, str] | None = None,
     cancel_on_disconnect: bool = True,
+    send_timeout_s: float | None = None,
 ) -> AsyncIterator[SSEStream]:
     """Start an SSE response and yield a writer; the response ends when the block exits.
 
@@ -186,7 +187,8 @@ async def open_sse(
     watch for the disconnect).  With ``cancel_on_disconnect`` the block is cancelled
     when the client goes away or the server shuts down, so producers need no polling;
     execution continues after the ``async with``.  ``keepalive_interval_s`` <= 0
-    disables keep-alive comments.
+    disables keep-alive comments.  ``send_timeout_s``: a client that does not take an
+    event for this long is let go (the stream ends) instead of holding it forever.
     """
     all_headers = dict(SSE_HEADERS)
     for k, v in (headers or {}).items():
@@ -200,6 +202,7 @@ async def open_sse(
         }
     )
     stream = SSEStream(request, keepalive_interval_s)
+    stream.send_timeout_s = send_timeout_s
     tracker = tracker_for(request.scope)
     tracker.register(stream)
     try:
