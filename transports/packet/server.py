@@ -15,6 +15,7 @@ and the caller gets ``{"success": false, "error": "timeout"}``.
 
 from __future__ import annotations
 
+import abc
 import concurrent.futures
 import logging
 import threading
@@ -44,13 +45,14 @@ DEFAULT_MODEL = "deepseek-chat"
 KernelFactory = Callable[[Settings], Kernel]
 
 
-class PortalServer:
+class PortalServer(abc.ABC):
     """Sync ``send`` / ``process_message`` / ``shutdown`` over a backend in another thread."""
 
     timeout_s: float = 30.0
 
+    @abc.abstractmethod
     def _target(self) -> tuple[BlockingPortal, PacketBackend] | Answer:
-        raise NotImplementedError
+        """The portal and backend to use now, or the answer explaining why there is none."""
 
     def _submit(self, packet_type: Any, body: Any, timeout: float | None) -> Answer:
         target = self._target()
@@ -82,8 +84,9 @@ class PortalServer:
     def process_message(self, text: str, timeout: float | None = None) -> Answer:
         return self._submit("process_message", {"user_input": text}, timeout)
 
+    @abc.abstractmethod
     def shutdown(self) -> None:
-        raise NotImplementedError
+        """End this handle (and, for the owner, the backend thread)."""
 
     def _shutdown_answer(self) -> Answer:
         self.shutdown()
