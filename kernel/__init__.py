@@ -10,7 +10,8 @@ Public surface for plugins (stable; docs/writing-a-transport.md §1):
   content parts, ``ErrorInfo`` with its stable codes);
 * ``Kernel.execute``, ``subscribe``, ``session``, ``agent``, ``agent_info``,
   ``sessions``, ``settings``, ``tools``, ``commands``, ``settings_view``,
-  ``update_settings``, ``unload_session``; on the :class:`Session` it returns: ``id``,
+  ``update_settings``, ``unload_session``; :class:`Follower` (a session's events
+  across subscriber lag: what a transport's writer reads); on the :class:`Session` it returns: ``id``,
   ``agent``, ``busy``, ``state``, ``info()``, ``interrupt()``, ``wait_idle()``, and the
   per-session overrides ``max_turns``, ``approval_timeout_s``, ``model_override``, ``files``;
 * :mod:`kernel.provider` (chunk types), :mod:`kernel.settings` (``Settings``),
@@ -22,6 +23,7 @@ store's and the session's internals, and every name starting with ``_``.
 """
 
 from .commands import CommandContext, SlashCommand
+from .follow import Follower
 from .hub import Subscription
 from .kernel import Kernel, ProviderFactory
 from .model import Command, Event, KernelError, Reply
@@ -36,6 +38,7 @@ __all__ = [
     "CommandContext",
     "Event",
     "FileAccess",
+    "Follower",
     "Kernel",
     "KernelError",
     "Provider",

@@ -96,3 +96,58 @@ async def test_subscription_ends_when_the_session_is_deleted() -> None:
         await kernel.execute(m.DeleteSession(session_id="s"))
         with anyio.fail_after(2):
             assert [e async for e in sub] == []
+
+
+async def until_lagged(follower) -> list[m.Event]:  # type: ignore[no-untyped-def]
+    """Batches until the one reporting a gap (the events still buffered come first)."""
+    for _ in range(10):
+        batch = await follower.next_batch(anyio.current_time() + 1)
+        if batch and isinstance(batch[-1], m.SubscriberLagged):
+            return batch
+    raise AssertionError("no gap reported")
+
+
+async def test_follower_resumes_without_a_gap_and_reports_real_losses() -> None:
+    from kernel import Follower
+    from kernel.settings import Settings
+
+    settings = Settings()
+    settings.session.subscriber_buffer = 2
+    settings.session.lag_grace_s = 0.0
+    settings.session.event_retention = 1000
+    async with running_kernel(settings=settings) as kernel:
+        session = await kernel.session("s")
+        follower = await Follower.open(kernel, "s")
+        for i in range(6):
+            session.emit(started(str(i)))
+        seqs = []
+        while len(seqs) < 6:
+            seqs += [e.seq for e in await follower.next_batch()]
+        assert seqs == [1, 2, 3, 4, 5, 6]  # cut off on the way, resumed: no gap
+
+        for i in range(4):
+            session.emit(started(str(i)))
+        session.hub._log.clear()  # the events it missed are gone
+        batch = await until_lagged(follower)
+        assert isinstance(batch[-1], m.SubscriberLagged) and not follower.closed
+        session.emit(started("after"))
+        assert [e.seq for e in await follower.next_batch()] == [session.hub.last_seq]  # goes on from now
+
+        strict = await Follower.open(kernel, "s", stop_on_loss=True)
+        for i in range(4):
+            session.emit(started(str(i)))
+        session.hub._log.clear()
+        batch = await until_lagged(strict)
+        assert isinstance(batch[-1], m.SubscriberLagged) and strict.closed
+        assert await strict.next_batch() == []
+
+
+async def test_follower_deadline_and_session_end() -> None:
+    from kernel import Follower
+
+    async with running_kernel() as kernel:
+        await kernel.session("s")
+        follower = await Follower.open(kernel, "s")
+        assert await follower.next_batch(anyio.current_time() + 0.02) == [] and not follower.closed
+        await kernel.execute(m.DeleteSession(session_id="s"))
+        assert await follower.next_batch() == [] and follower.closed
