@@ -32,6 +32,7 @@ import httpx
 import pytest
 import websockets
 
+from kernel import Follower
 from kernel import model as m
 from kernel.hub import MAX_MERGED_CHARS
 from kernel.settings import Settings
@@ -45,7 +46,6 @@ from tests.reliability._support import (
     live_gateway,
     serving,
 )
-from transports.openfang.state import EventFeed
 from transports.stdio.server import StdioConfig, StdioTransport
 
 pytestmark = pytest.mark.anyio
@@ -81,10 +81,10 @@ class CountingSubscribe:
         return await self.original(*args, **kw)
 
 
-async def test_openfang_feed_reports_lost_events_once_and_follows_on() -> None:
+async def test_follower_reports_lost_events_once_and_follows_on() -> None:
     async with running_kernel(settings=lag_settings()) as kernel:
         session = await kernel.session("lossy")
-        feed = await EventFeed.open(kernel, "lossy")
+        feed = await Follower.open(kernel, "lossy")
         counter = CountingSubscribe(kernel)
         publish_unmergeable(session, 20)  # 40 events: far past the buffer and the retention
         with anyio.fail_after(2):

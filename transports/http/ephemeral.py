@@ -17,11 +17,10 @@ from typing import Self
 
 import anyio
 
-from kernel import Kernel, KernelError
+from kernel import Follower, Kernel, KernelError
 from kernel import model as m
 from kernel.session import Session
 
-from .follow import EventFollower
 from .openai_codec import ChatPlan
 
 log = logging.getLogger("gateway.http")
@@ -43,7 +42,7 @@ class EphemeralChat:
         self.end: m.RunFinished | m.RunFailed | None = None
         self.reasoning: list[str] = []
         self.client_calls: tuple[m.ToolCall, ...] = ()
-        self._follower: EventFollower | None = None
+        self._follower: Follower | None = None
 
     async def __aenter__(self) -> Self:
         try:
@@ -51,7 +50,7 @@ class EphemeralChat:
             self.session = await self.kernel.session(None, self.plan.agent_id, label=EPHEMERAL_LABEL, ephemeral=True)
             if self.plan.history:
                 await self.kernel.execute(m.SaveHistory(session_id=self.session.id, messages=self.plan.history))
-            self._follower = await EventFollower.open(self.kernel, self.session.id)
+            self._follower = await Follower.open(self.kernel, self.session.id, stop_on_loss=True)
         except BaseException:
             await self.__aexit__(None, None, None)
             raise

@@ -13,7 +13,7 @@ from typing import Any, NoReturn, TypeVar
 
 import anyio
 
-from kernel import Kernel, KernelError
+from kernel import Follower, Kernel, KernelError
 from kernel import model as m
 from kernel.session import Session
 from transports.shared import (
@@ -27,7 +27,6 @@ from transports.shared import (
 
 from . import codec
 from .codec import ApiError
-from .follow import EventFollower
 from .sse import interrupt_run, write_frames
 
 T = TypeVar("T")
@@ -215,7 +214,7 @@ class NativeApi:
         return await self._run(request, session_id, command)
 
     async def _run(self, request: Request, session_id: str, command: m.Prompt | m.Regenerate) -> Response | None:
-        async with await EventFollower.open(self.kernel, session_id) as follower:
+        async with await Follower.open(self.kernel, session_id, stop_on_loss=True) as follower:
             accepted = await self._execute(command)
             assert isinstance(accepted, m.Accepted) and accepted.run_id is not None
             if request.query.get("wait", "").lower() in ("0", "false", "no"):
@@ -227,7 +226,7 @@ class NativeApi:
                 await self._pump(stream, follower, accepted.run_id)
         return None
 
-    async def _collect(self, follower: EventFollower, session_id: str, run_id: str) -> Response:
+    async def _collect(self, follower: Follower, session_id: str, run_id: str) -> Response:
         collector = codec.RunCollector(run_id)
         with anyio.move_on_after(self.run_timeout_s) as timer:
             while not collector.end:
@@ -254,7 +253,7 @@ class NativeApi:
         after = _ok(codec.resume_after(request.headers.get("last-event-id"), request.query.get("after")))
         run_id = request.query.get("run_id") or None
         try:
-            follower = await EventFollower.open(self.kernel, session_id, after)
+            follower = await Follower.open(self.kernel, session_id, after, stop_on_loss=True)
         except KernelError as exc:
             _refuse(codec.kernel_error(exc))
         headers = {"x-session-id": session_id}
@@ -262,7 +261,7 @@ class NativeApi:
             await self._pump(stream, follower, run_id)
         return None
 
-    async def _pump(self, stream: SSEStream, follower: EventFollower, run_id: str | None) -> None:
+    async def _pump(self, stream: SSEStream, follower: Follower, run_id: str | None) -> None:
         """Forward events (all, or one run's until it ends) as SSE frames, batched."""
         while True:
             batch = await follower.next_batch()

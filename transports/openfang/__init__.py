@@ -4,8 +4,8 @@ Real OpenFang clients (dashboard, Python/JS SDKs, desktop apps) work against it
 unchanged; see ``docs/openfang.md``.
 """
 
-from .codec import DecodeContext, Outbound, TurnEncoder, decode_frame
 from .coalesce import DeltaCoalescer
+from .codec import DecodeContext, Outbound, TurnEncoder, decode_frame
 from .config import OpenFangConfig
 from .server import OpenFangTransport, build_app
 

@@ -20,15 +20,30 @@ from typing import Any
 import anyio
 import msgspec
 
-from kernel import Kernel, KernelError
+from kernel import Follower, Kernel, KernelError
 from kernel import model as m
-from transports.shared import HttpError, Request, Response, Router, json_response, open_sse
+from transports.shared import (
+    HttpError,
+    Request,
+    Response,
+    Router,
+    json_response,
+    open_sse,
+)
 
-from .codec import attachment_part
 from .coalesce import DeltaCoalescer
+from .codec import attachment_part
 from .config import OpenFangConfig
-from .rest_codec import SseEncoder, agent_json, commands_json, history_json, http_status, sessions_json, session_json
-from .state import ActiveSessions, Agents, EventFeed, UploadStore
+from .rest_codec import (
+    SseEncoder,
+    agent_json,
+    commands_json,
+    history_json,
+    http_status,
+    session_json,
+    sessions_json,
+)
+from .state import ActiveSessions, Agents, UploadStore
 from .uploads import parse_upload
 
 _requests = itertools.count(1)
@@ -49,7 +64,7 @@ class NewSessionBody(msgspec.Struct, kw_only=True):
 class RestRun:
     """One prompt sent over REST: its events only, until its run ends."""
 
-    def __init__(self, kernel: Kernel, feed: EventFeed, request_id: str) -> None:
+    def __init__(self, kernel: Kernel, feed: Follower, request_id: str) -> None:
         self.kernel = kernel
         self.feed = feed
         self.request_id = request_id
@@ -58,7 +73,7 @@ class RestRun:
     @classmethod
     async def start(cls, kernel: Kernel, agent_id: str, session_id: str, parts: tuple[m.ContentPart, ...]) -> RestRun:
         await kernel.session(session_id, agent_id)
-        feed = await EventFeed.open(kernel, session_id)
+        feed = await Follower.open(kernel, session_id)
         run = cls(kernel, feed, f"of-rest-{next(_requests)}-{uuid.uuid4().hex[:6]}")
         try:
             await kernel.execute(m.Prompt(parts=parts, agent_id=agent_id, session_id=session_id, request_id=run.request_id))

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 from collections import OrderedDict
@@ -19,7 +18,7 @@ from collections.abc import Callable
 
 import anyio
 
-from kernel import Kernel, Subscription
+from kernel import Kernel
 from kernel import model as m
 from kernel.settings import AgentSettings
 from transports.shared import HttpError
@@ -146,69 +145,3 @@ class UploadStore:
             del self._items[key]
             self._size -= len(upload.data)
 
-
-class EventFeed:
-    """A session's events in batches; survives ``subscriber_lagged`` by resubscribing.
-
-    When the events missed while falling behind are no longer retained, the feed goes
-    on from now and puts the ``subscriber_lagged`` event in the batch, so the caller can
-    tell its client that something was lost (instead of retrying the same gap forever).
-    """
-
-    def __init__(self, kernel: Kernel, session_id: str, subscription: Subscription) -> None:
-        self.kernel = kernel
-        self.session_id = session_id
-        self._sub = subscription
-        self.closed = False
-
-    @classmethod
-    async def open(cls, kernel: Kernel, session_id: str) -> EventFeed:
-        return cls(kernel, session_id, await kernel.subscribe(session_id))
-
-    async def next_batch(self, deadline: float | None = None) -> list[m.Event]:
-        """Events ready now or the next one, waiting until ``deadline`` at most.
-
-        Returns ``[]`` on timeout or once the feed ended (then :attr:`closed` is set).
-        A ``subscriber_lagged`` event in the batch means events were lost just before it.
-        """
-        while not self.closed:
-            # What is ready is taken without a wait (and without a cancel scope: their
-            # cost per event showed in the benchmarks); only an empty feed waits.
-            batch = self._sub.receive_nowait()
-            if not batch:
-                first: m.Event | None = None
-                with anyio.move_on_at(math.inf if deadline is None else deadline):
-                    try:
-                        first = await self._sub.__anext__()
-                    except StopAsyncIteration:
-                        self.closed = True
-                        return []
-                if first is None:
-                    return []  # deadline reached
-                batch = [first, *self._sub.receive_nowait()]
-            if isinstance(batch[-1], m.SubscriberLagged):
-                lagged = batch.pop()
-                assert isinstance(lagged, m.SubscriberLagged)
-                batch += await self._resubscribe(lagged)
-            if batch:
-                return batch
-        return []
-
-    async def _resubscribe(self, lagged: m.SubscriberLagged) -> list[m.Event]:
-        """The retained events after the last one delivered; ``[lagged]`` when they are gone."""
-        self._sub.close()
-        try:
-            self._sub = await self.kernel.subscribe(self.session_id, after_seq=lagged.last_seq)
-            ready = self._sub.receive_nowait()
-            if ready and isinstance(ready[0], m.SubscriberLagged):
-                self._sub.close()
-                self._sub = await self.kernel.subscribe(self.session_id)
-                return [ready[0]]
-        except m.KernelError:
-            self.closed = True
-            return []
-        return ready
-
-    def close(self) -> None:
-        self.closed = True
-        self._sub.close()

@@ -17,10 +17,19 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from kernel import Kernel, KernelError
+from kernel import Follower, Kernel, KernelError
 from kernel import model as m
-from transports.shared import CLOSE_NORMAL, WebSocket, WsIdle, WsInvalidFrame, WsRateLimited, WsText, WsTooLarge
+from transports.shared import (
+    CLOSE_NORMAL,
+    WebSocket,
+    WsIdle,
+    WsInvalidFrame,
+    WsRateLimited,
+    WsText,
+    WsTooLarge,
+)
 
+from .coalesce import DeltaCoalescer
 from .codec import (
     DecodeContext,
     LocalCommand,
@@ -32,11 +41,19 @@ from .codec import (
     decode_frame,
     next_verbose,
 )
-from .coalesce import DeltaCoalescer
 from .config import OpenFangConfig
 from .rest_codec import WEB_COMMANDS, agent_entry
-from .state import ActiveSessions, Agents, EventFeed, UploadStore
-from .wire import AgentsUpdated, CommandResult, Connected, ErrorOut, Pong, ServerEvent, VerboseLevel, encode
+from .state import ActiveSessions, Agents, UploadStore
+from .wire import (
+    AgentsUpdated,
+    CommandResult,
+    Connected,
+    ErrorOut,
+    Pong,
+    ServerEvent,
+    VerboseLevel,
+    encode,
+)
 
 log = logging.getLogger("gateway.openfang")
 _counter = itertools.count(1)
@@ -217,11 +234,11 @@ class AgentSocket:
         assert self._tg is not None
         encoder = TurnEncoder(self.mine, verbose=self.verbose, window_tokens=self.config.context_window_tokens)
         self.encoders[session_id] = encoder
-        feed = await EventFeed.open(self.kernel, session_id)
+        feed = await Follower.open(self.kernel, session_id)
         coalescer = DeltaCoalescer(self.config.coalesce_ms / 1000.0, self.config.coalesce_chars)
         self._tg.start_soon(self._forward, feed, Outbound(encoder, coalescer))
 
-    async def _forward(self, feed: EventFeed, outbound: Outbound) -> None:
+    async def _forward(self, feed: Follower, outbound: Outbound) -> None:
         try:
             while not feed.closed and not self.ws.closed:
                 batch = await feed.next_batch(outbound.deadline)

@@ -9,11 +9,11 @@ import msgspec
 import openai
 import pytest
 
+from kernel import Follower
 from kernel import model as m
 from kernel.settings import SessionSettings, Settings
 from kernel.testing import ScriptedProvider, running_kernel, text_turn
 from transports.http import HttpConfig, HttpTransport
-from transports.http.follow import EventFollower
 from transports.http.server import check_config
 from transports.shared import ConfigError
 
@@ -79,7 +79,7 @@ async def test_follower_resubscribes_after_lag_without_loss() -> None:
     provider = ScriptedProvider([text_turn(*pieces)], delay_s=0.001)
     async with running_kernel(provider, settings=settings) as kernel:
         session = await kernel.session()
-        follower = await EventFollower.open(kernel, session.id)
+        follower = await Follower.open(kernel, session.id, stop_on_loss=True)
         await kernel.execute(m.Prompt(session_id=session.id, text="go"))
         with anyio.fail_after(5):
             await session.wait_idle()  # nobody read meanwhile: the subscriber was cut off
@@ -98,7 +98,7 @@ async def test_follower_reports_lost_events() -> None:
     settings = Settings(session=SessionSettings(subscriber_buffer=2, lag_grace_s=0.0, event_retention=4))
     async with running_kernel(ScriptedProvider([text_turn(*["x"] * 30)], delay_s=0.001), settings=settings) as kernel:
         session = await kernel.session()
-        follower = await EventFollower.open(kernel, session.id)
+        follower = await Follower.open(kernel, session.id, stop_on_loss=True)
         await kernel.execute(m.Prompt(session_id=session.id, text="go"))
         with anyio.fail_after(5):
             await session.wait_idle()
