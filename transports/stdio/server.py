@@ -15,7 +15,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup, TaskStatus
 
-from kernel import Kernel, KernelError, Subscription
+from kernel import Follower, Kernel, KernelError
 from kernel import model as m
 from transports.shared import LineReader, LineTooLong, LineWriter
 
@@ -58,7 +58,7 @@ class _Connection:
         self.config = config
         self.writer = writer
         self.codec = codec
-        self.subscriptions: dict[str, Subscription] = {}
+        self.followers: dict[str, Follower] = {}
         self.limiter = anyio.Semaphore(config.max_concurrent_commands)
 
     async def run(self, info: m.SessionInfo, task_status: TaskStatus[str | None]) -> None:
@@ -82,7 +82,7 @@ class _Connection:
 
     async def handle(self, command: m.Command, forwarders: TaskGroup) -> None:
         try:
-            if command.session_id is not None and command.session_id not in self.subscriptions and not isinstance(command, m.DeleteSession):
+            if command.session_id is not None and command.session_id not in self.followers and not isinstance(command, m.DeleteSession):
                 if isinstance(command, (m.Prompt, m.OpenSession)):
                     agent = command.agent_id
                     await self.kernel.session(command.session_id, agent)
@@ -100,46 +100,25 @@ class _Connection:
         await self.send(reply)
 
     async def follow(self, session_id: str, forwarders: TaskGroup) -> None:
-        if session_id in self.subscriptions:
+        if session_id in self.followers:
             return
-        subscription = await self.kernel.subscribe(session_id)
-        self.subscriptions[session_id] = subscription
-        forwarders.start_soon(self.forward, session_id, subscription)
+        follower = await Follower.open(self.kernel, session_id)
+        self.followers[session_id] = follower
+        forwarders.start_soon(self.forward, follower)
 
-    async def forward(self, session_id: str, subscription: Subscription) -> None:
+    async def forward(self, follower: Follower) -> None:
         """Forward a session's events until it closes (deleted, or shutdown).
 
-        A reader that falls behind is cut off by the kernel; forwarding resumes after the
-        last event written, or, when those events are gone, writes the
-        ``subscriber_lagged`` event (its ``last_seq`` says where the gap starts) and goes
-        on from now. Once it ends, a later command to the session follows it anew.
+        A reader that fell behind gets the missed events while they are retained; when
+        they are gone, the ``subscriber_lagged`` event is written (its ``last_seq`` says
+        where the gap starts) and forwarding goes on from now. Once it ends, a later
+        command to the session follows it anew.
         """
-        try:
-            while True:
-                lagged: m.SubscriberLagged | None = None
-                async with subscription:
-                    async for event in subscription:
-                        batch = [event, *subscription.receive_nowait()]
-                        if isinstance(batch[-1], m.SubscriberLagged):
-                            lagged = batch.pop()  # type: ignore[assignment]
-                        await self.send_many(batch)
-                if lagged is None:
-                    return
-                subscription = await self.kernel.subscribe(session_id, after_seq=lagged.last_seq)
-                self.subscriptions[session_id] = subscription
-                ready = subscription.receive_nowait()
-                if ready and isinstance(ready[0], m.SubscriberLagged):  # the missed events are gone
-                    subscription.close()
-                    await self.send(ready[0])
-                    subscription = await self.kernel.subscribe(session_id)
-                    self.subscriptions[session_id] = subscription
-                elif ready:
-                    await self.send_many(ready)
-        except KernelError:
-            pass  # the session is gone
-        finally:
-            if self.subscriptions.get(session_id) is subscription:
-                del self.subscriptions[session_id]
+        async with follower:
+            while batch := await follower.next_batch():
+                await self.send_many(batch)
+        if self.followers.get(follower.session_id) is follower:
+            del self.followers[follower.session_id]
 
     async def send(self, message: m.Event | m.Reply) -> None:
         await self.send_many([message])
@@ -152,13 +131,13 @@ class _Connection:
 
     async def drain_at_eof(self) -> None:
         """Let runs finish (bounded), interrupt the rest, and flush their final events."""
-        sessions = [self.kernel.sessions[s] for s in self.subscriptions if s in self.kernel.sessions]
+        sessions = [self.kernel.sessions[s] for s in self.followers if s in self.kernel.sessions]
         if any(s.busy for s in sessions) and not await self.kernel.wait_idle(self.config.eof_grace_s):
             log.info("stdin closed: interrupting runs still going after %.0fs", self.config.eof_grace_s)
             for session in sessions:
                 session.interrupt()
             await self.kernel.wait_idle(5.0)
         with anyio.move_on_after(5.0):
-            while any(sub.pending for sub in self.subscriptions.values()):
+            while any(f.pending for f in self.followers.values()):
                 await anyio.sleep(0.01)
         await self.writer.flush()
