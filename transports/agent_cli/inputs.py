@@ -16,7 +16,6 @@ from kernel import model as m
 
 from . import wire
 
-
 _envelope = msgspec.json.Decoder(wire.Envelope)
 _probe = msgspec.json.Decoder(wire.IdProbe)
 _tagged = msgspec.json.Decoder(str | dict[str, msgspec.Raw])

@@ -18,7 +18,7 @@ from typing import Literal
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from kernel import Kernel, KernelError, Subscription
+from kernel import Follower, Kernel, KernelError
 from kernel import model as m
 from transports.shared import (
     CLOSE_INTERNAL_ERROR,
@@ -117,15 +117,15 @@ class _Connection:
         self.commands = anyio.Semaphore(MAX_CONCURRENT_COMMANDS)
 
     async def run(self) -> None:
-        subscription = await self.kernel.subscribe(self.session_id)
+        follower = await Follower.open(self.kernel, self.session_id)
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self.write_events, subscription, tg)
+                tg.start_soon(self.write_events, follower)
                 await self.read(tg)
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
-                await self.release(subscription)
+                await self.release(follower)
 
     # -------------------------------------------------------------- reading
 
@@ -174,43 +174,28 @@ class _Connection:
 
     # -------------------------------------------------------------- writing
 
-    async def write_events(self, subscription: Subscription, tg: TaskGroup) -> None:
-        """Forward events until the session's hub closes; resume after falling behind."""
-        while True:
-            lagged = await self.forward(subscription)
-            if lagged is None:
+    async def write_events(self, follower: Follower) -> None:
+        """Forward events until the session's hub closes; after a real gap (events lost
+        while this client fell behind) its open runs end with a ``connection_error``."""
+        while batch := await follower.next_batch():
+            lost = batch.pop() if isinstance(batch[-1], m.SubscriberLagged) else None
+            frames = self.codec.on_events(batch)
+            if lost is not None:
+                frames += self.codec.events_lost(lost.error.message)
+            if not await self.send(frames):
                 return
-            subscription = await self.kernel.subscribe(self.session_id, after_seq=lagged.last_seq)
-            first = subscription.receive_nowait()
-            if first and isinstance(first[0], m.SubscriberLagged):  # the missed events are gone
-                subscription.close()
-                await self.send(self.codec.events_lost(first[0].error.message))
-                subscription = await self.kernel.subscribe(self.session_id)
-            elif first:
-                await self.send(self.codec.on_events(first))
-
-    async def forward(self, subscription: Subscription) -> m.SubscriberLagged | None:
-        async with subscription:
-            async for event in subscription:
-                batch = [event, *subscription.receive_nowait()]
-                lagged = next((e for e in batch if isinstance(e, m.SubscriberLagged)), None)
-                if not await self.send(self.codec.on_events(batch)):
-                    return None
-                if lagged is not None:
-                    return lagged
-        return None
 
     async def send(self, frames: list[str]) -> bool:
         return await self.ws.send_texts(frames)
 
     # -------------------------------------------------------------- end
 
-    async def release(self, subscription: Subscription) -> None:
+    async def release(self, follower: Follower) -> None:
         """The client is gone: end its runs and unload its session (the history stays stored).
 
         Left alone when another client (another transport) watches the same session.
         """
-        subscription.close()
+        follower.close()
         session = self.kernel.sessions.get(self.session_id)
         if session is None or session.hub.subscriber_count > 0:
             return
