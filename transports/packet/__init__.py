@@ -17,7 +17,14 @@ handle on the running gateway's kernel instead. See ``docs/packet.md``.
 
 from .client import BackendClient
 from .codec import Packet, PacketResponse, PacketType
-from .server import BackendServer, ConnectedServer, PacketConfig, PacketTransport, connect, default_kernel_factory
+from .server import (
+    BackendServer,
+    ConnectedServer,
+    PacketConfig,
+    PacketTransport,
+    connect,
+    default_kernel_factory,
+)
 
 __all__ = [
     "BackendClient",

@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from kernel import Kernel, KernelError, Subscription
+from kernel import Follower, Kernel, KernelError
 from kernel import model as m
 
 from . import codec
@@ -103,12 +103,10 @@ class PacketBackend:
             await self.kernel.session(self.session_id, self.agent_id)
             collector = codec.RunCollector(prompt.request_id or "")
             # Subscribe before the prompt so that no event of the run can be missed.
-            follower = _Follower(self.kernel, self.session_id, await self.kernel.subscribe(self.session_id))
+            follower = await Follower.open(self.kernel, self.session_id, stop_on_loss=True)
             try:
                 await self.kernel.execute(prompt)
-                answer = None
-                while answer is None and (event := await follower.next()) is not None:
-                    answer = collector.feed(event)
+                answer = await _until_answer(follower, collector)
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
                     await self._abandon(follower, collector)
@@ -119,7 +117,7 @@ class PacketBackend:
                 return codec.fail(f"{codec.SHUT_DOWN}: the message was interrupted")
             return answer
 
-    async def _abandon(self, follower: _Follower, collector: codec.RunCollector) -> None:
+    async def _abandon(self, follower: Follower, collector: codec.RunCollector) -> None:
         """The caller gave up (timeout): interrupt our run, now or when it starts, and
         wait (bounded) for its end so the next message starts on a quiet session."""
         session = self.kernel.sessions.get(self.session_id)
@@ -130,36 +128,20 @@ class PacketBackend:
                 active = session.active
                 if active is not None and active.job.request_id == collector.request_id:
                     session.interrupt()
-                event = await follower.next()
-                if event is None:
+                batch = await follower.next_batch()
+                if not batch or isinstance(batch[-1], m.SubscriberLagged):
                     return
-                collector.feed(event)
+                for event in batch:
+                    collector.feed(event)
 
 
-class _Follower:
-    """A session subscription that resubscribes from its last ``seq`` if it ever lags."""
-
-    def __init__(self, kernel: Kernel, session_id: str, sub: Subscription) -> None:
-        self.kernel = kernel
-        self.session_id = session_id
-        self.sub = sub
-
-    async def next(self) -> m.Event | None:
-        """The next event; None once the session closed (the kernel is shutting down)."""
-        resumed_at: int | None = None
-        while True:
-            try:
-                event = await self.sub.__anext__()
-            except StopAsyncIteration:
-                return None
-            if not isinstance(event, m.SubscriberLagged):
-                return event
-            if event.last_seq == resumed_at:
+async def _until_answer(follower: Follower, collector: codec.RunCollector) -> Answer | None:
+    """Feed the run's events to the collector until it has the answer (None: session closed)."""
+    while batch := await follower.next_batch():
+        for event in batch:
+            if isinstance(event, m.SubscriberLagged):
                 raise KernelError("internal", "lost events of the run: they are no longer retained")
-            log.warning("packet: subscriber lagged (%s); resuming after seq %d", event.error.message, event.last_seq)
-            resumed_at = event.last_seq
-            self.sub.close()
-            self.sub = await self.kernel.subscribe(self.session_id, after_seq=event.last_seq)
-
-    def close(self) -> None:
-        self.sub.close()
+            answer = collector.feed(event)
+            if answer is not None:
+                return answer
+    return None
