@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from kernel import Kernel, KernelError, Subscription
+from kernel import Follower, Kernel, KernelError
 from kernel import model as m
 from kernel.files import WorkspaceFiles
 from transports.shared import LineReader, LineTooLong, LineWriter
@@ -303,9 +303,9 @@ class AcpConnection:
             state.cwd = state.stream.cwd = cwd
         else:
             state = self.sessions[session_id] = SessionState(session_id, cwd, self.config.default_mode, self.config.context_window_tokens)
-            subscription = await self.kernel.subscribe(session_id)
+            follower = await Follower.open(self.kernel, session_id)
             assert self._tg is not None
-            self._tg.start_soon(self.forward, state, subscription)
+            self._tg.start_soon(self.forward, state, follower)
         fs = self.capabilities.fs
         session = self.kernel.sessions.get(session_id)
         if session is not None and (fs.read_text_file or fs.write_text_file):
@@ -329,29 +329,15 @@ class AcpConnection:
 
     # -------------------------------------------------------------- events
 
-    async def forward(self, state: SessionState, subscription: Subscription) -> None:
-        """Write the session's events as updates; resume after a lag; settle prompts at the end."""
-        last_lag: int | None = None
-        while True:
-            lagged: m.SubscriberLagged | None = None
-            async with subscription:
-                async for event in subscription:
-                    batch = [event, *subscription.receive_nowait()]
-                    lagged = next((e for e in batch if isinstance(e, m.SubscriberLagged)), None)
-                    await self.deliver(state, [e for e in batch if not isinstance(e, m.SubscriberLagged)])
-                    if lagged is not None:
-                        break
-            if lagged is None:
-                break
-            log.warning("acp: session %s: %s; resuming", state.id, lagged.error.message)
-            after = None if lagged.last_seq == last_lag else lagged.last_seq
-            last_lag = lagged.last_seq
-            try:
-                subscription = await self.kernel.subscribe(state.id, after_seq=after)
-            except KernelError:
-                break
-            if after is None:
-                self.settle_lost_runs(state)
+    async def forward(self, state: SessionState, follower: Follower) -> None:
+        """Write the session's events as updates; settle prompts at the end, or after a gap."""
+        async with follower:
+            while batch := await follower.next_batch():
+                lost = batch.pop() if isinstance(batch[-1], m.SubscriberLagged) else None
+                await self.deliver(state, batch)
+                if lost is not None:
+                    log.warning("acp: session %s: %s; following on from now", state.id, lost.error.message)
+                    self.settle_lost_runs(state)
         for prompt in list(state.prompts):
             prompt.finish(None)
 
