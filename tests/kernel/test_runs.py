@@ -9,7 +9,13 @@ from kernel import KernelError, Tool, ToolFailure
 from kernel import model as m
 from kernel.provider import FinishChunk, TextChunk, ToolCallChunk
 from kernel.settings import AgentSettings, Settings
-from kernel.testing import ScriptedProvider, failing_turn, running_kernel, text_turn, tool_turn
+from kernel.testing import (
+    ScriptedProvider,
+    failing_turn,
+    running_kernel,
+    text_turn,
+    tool_turn,
+)
 
 from .helpers import kinds, next_of, prompt, run_events
 

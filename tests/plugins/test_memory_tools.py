@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from kernel import model as m
-from kernel.testing import ScriptedProvider, running_kernel, text_turn
 from kernel.provider import FinishChunk, ToolCallChunk
+from kernel.testing import ScriptedProvider, running_kernel, text_turn
 from plugins.manager import load_plugins
 from plugins.tools import memory
 from plugins.tools.memory import MEMORY_TOOLS

@@ -8,13 +8,12 @@ asyncio-only: on the trio backend it runs in a worker thread (:func:`in_asyncio`
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,6 @@ from typing import Any, TypeVar
 
 import anyio
 import msgspec
-import sniffio
 from wsproto import ConnectionState, ConnectionType, WSConnection
 from wsproto.events import (
     AcceptConnection,
@@ -46,13 +44,6 @@ T = TypeVar("T")
 #: no rate limit (the tests send bursts), no per-IP cap (the load test opens 200 sockets).
 NETWORK_BASE: dict[str, Any] = {"port": 0, "ping_interval_s": 0.0, "rate_limit_per_minute": 0, "max_connections_per_ip": 0}
 EXTRA: dict[str, dict[str, Any]] = {"openfang": {"sse_keepalive_s": 0.5, "agents_poll_s": 0.0}, "http": {"sse_keepalive_s": 0.0}}
-
-
-async def in_asyncio(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run an asyncio-only client coroutine: inline on asyncio, in a worker thread on trio."""
-    if sniffio.current_async_library() == "asyncio":
-        return await fn()
-    return await anyio.to_thread.run_sync(lambda: asyncio.run(fn()))  # type: ignore[arg-type]
 
 
 def transport_class(name: str) -> Any:

@@ -21,7 +21,8 @@ import websockets
 
 from kernel.model import Usage
 from kernel.provider import Chunk, FinishChunk, ProviderRequest, TextChunk, UsageChunk
-from tests.reliability._support import in_asyncio, live_gateway
+from tests.asyncio_clients import in_asyncio
+from tests.reliability._support import live_gateway
 
 pytestmark = pytest.mark.anyio
 

@@ -37,12 +37,12 @@ from kernel import model as m
 from kernel.hub import MAX_MERGED_CHARS
 from kernel.settings import Settings
 from kernel.testing import ScriptedProvider, running_kernel, text_turn
+from tests.asyncio_clients import in_asyncio
 from tests.reliability._support import (
     PipeReader,
     RawSSE,
     RawWebSocket,
     frames,
-    in_asyncio,
     live_gateway,
     serving,
 )

@@ -29,7 +29,13 @@ from kernel.provider import (
 )
 from kernel.settings import OpenAISettings, Settings
 from plugins.providers.openai import OpenAIProvider, parse_retry_after, provider_factory
-from tests.fakes.openai_server import FakeOpenAIServer, Reply, ToolCallScript, echo, fake_openai_server
+from tests.fakes.openai_server import (
+    FakeOpenAIServer,
+    Reply,
+    ToolCallScript,
+    echo,
+    fake_openai_server,
+)
 
 pytestmark = [
     # Under trio the SDK leaves internal async generators unfinalized (see ARCHITECTURE.md).

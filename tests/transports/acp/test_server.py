@@ -20,7 +20,13 @@ from kernel import Kernel
 from kernel.model import Usage
 from kernel.provider import FinishChunk, ReasoningChunk, TextChunk, UsageChunk
 from kernel.settings import AgentSettings
-from kernel.testing import ScriptedProvider, failing_turn, running_kernel, text_turn, tool_turn
+from kernel.testing import (
+    ScriptedProvider,
+    failing_turn,
+    running_kernel,
+    text_turn,
+    tool_turn,
+)
 from plugins.tools.builtin import BUILTIN_TOOLS
 from transports.acp import AcpConfig, AcpTransport
 from transports.shared import LineReader, LineWriter

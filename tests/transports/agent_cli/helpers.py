@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import anyio
 import msgspec
-import sniffio
 from websockets.asyncio.client import ClientConnection, connect
 
 from kernel import Kernel
@@ -40,13 +39,6 @@ async def serve(kernel: Kernel, **config: Any) -> AsyncIterator[str]:
             yield address.replace("http://", "ws://") + cfg.path
         finally:
             scope.cancel()
-
-
-async def in_asyncio(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run an asyncio client coroutine: inline on asyncio, in a worker thread on trio."""
-    if sniffio.current_async_library() == "asyncio":
-        return await fn()
-    return await anyio.to_thread.run_sync(lambda: asyncio.run(fn()))  # type: ignore[arg-type]
 
 
 def body(frame: Frame) -> tuple[str, Any]:

@@ -9,7 +9,7 @@ from kernel.testing import running_kernel
 from plugins.manager import load_plugins
 from transports.agent_cli import AgentCliConfig, AgentCliTransport
 from transports.base import Transport, load_config
-from transports.shared import ConfigError, LOOPBACK_ORIGINS
+from transports.shared import LOOPBACK_ORIGINS, ConfigError
 
 
 def test_defaults() -> None:

@@ -15,9 +15,10 @@ import pytest
 from kernel.settings import AgentSettings
 from kernel.testing import ScriptedProvider, running_kernel, text_turn, tool_turn
 from plugins.commands.builtin import BUILTIN_COMMANDS
+from tests.asyncio_clients import in_asyncio
 from transports.agent_cli.codec import TURN_DECLINED
 
-from .helpers import TOOLS, body, client, in_asyncio, serve
+from .helpers import TOOLS, body, client, serve
 
 pytestmark = pytest.mark.anyio
 

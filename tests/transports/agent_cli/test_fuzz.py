@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 from kernel import model as m
 from kernel.testing import ScriptedProvider, running_kernel, text_turn
 from plugins.commands.builtin import BUILTIN_COMMANDS
+from tests.asyncio_clients import in_asyncio
 from transports.agent_cli.codec import AgentCliCodec, Incoming
 from transports.agent_cli.inputs import Limits
 
-from .helpers import client, in_asyncio, serve
+from .helpers import client, serve
 
 VARIANTS = ["Text", "Image", "File", "Instruction", "Multi", "ToolConfirmationResponse", "TurnConfirmationResponse",
             "GetCommands", "Interrupt", "Regenerate", "ClearContext", "text", ""]

@@ -14,11 +14,18 @@ from websockets.exceptions import ConnectionClosed
 
 from kernel import model as m
 from kernel.settings import AgentSettings
-from kernel.testing import ScriptedProvider, failing_turn, running_kernel, text_turn, tool_turn
+from kernel.testing import (
+    ScriptedProvider,
+    failing_turn,
+    running_kernel,
+    text_turn,
+    tool_turn,
+)
 from plugins.commands.builtin import BUILTIN_COMMANDS
+from tests.asyncio_clients import in_asyncio
 from transports.agent_cli.codec import TURN_DECLINED
 
-from .helpers import TOOLS, body, client, in_asyncio, serve, text, unit
+from .helpers import TOOLS, body, client, serve, text, unit
 
 pytestmark = pytest.mark.anyio
 

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
-import sniffio
 import websockets
 
 from kernel import Kernel
@@ -67,13 +66,6 @@ async def serving(
                 yield Server(url=url, kernel=kernel, agent_id=kernel.settings.agents[0].agent_id(), scope=scope)
             finally:
                 scope.cancel()
-
-
-async def in_asyncio(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run an asyncio-only client coroutine: inline on asyncio, in a thread on trio."""
-    if sniffio.current_async_library() == "asyncio":
-        return await fn()
-    return await anyio.to_thread.run_sync(lambda: asyncio.run(fn()))  # type: ignore[arg-type]
 
 
 async def recv(ws: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kernel import model as m
+from transports.openfang.coalesce import DeltaCoalescer
 from transports.openfang.codec import (
     DecodeContext,
     Decoded,
@@ -24,8 +25,14 @@ from transports.openfang.codec import (
     next_verbose,
     sanitize_user_input,
 )
-from transports.openfang.coalesce import DeltaCoalescer
-from transports.openfang.wire import CommandResult, ErrorOut, ResponseOut, TextDeltaOut, decode, encode
+from transports.openfang.wire import (
+    CommandResult,
+    ErrorOut,
+    ResponseOut,
+    TextDeltaOut,
+    decode,
+    encode,
+)
 
 AGENT = "3a1f159c-51da-580d-a4eb-98d4826ded8e"
 CTX = DecodeContext(agent_id=AGENT, request_id="r1", kernel_commands=("model", "help", "history"))

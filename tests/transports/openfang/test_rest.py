@@ -16,8 +16,9 @@ import pytest
 from kernel.testing import ScriptedProvider, failing_turn, text_turn, tool_turn
 from kernel.tools import Tool
 from plugins.providers.echo import EchoProvider
+from tests.asyncio_clients import in_asyncio
 
-from ._helpers import connect, in_asyncio, make_config, recv_until, serving
+from ._helpers import connect, make_config, recv_until, serving
 
 pytestmark = pytest.mark.anyio
 

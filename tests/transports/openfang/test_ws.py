@@ -16,8 +16,17 @@ import websockets
 from kernel.testing import ScriptedProvider, text_turn, tool_turn
 from kernel.tools import Tool
 from plugins.providers.echo import EchoProvider
+from tests.asyncio_clients import in_asyncio
 
-from ._helpers import connect, in_asyncio, make_config, recv, recv_until, serving, turn, upgrade_status
+from ._helpers import (
+    connect,
+    make_config,
+    recv,
+    recv_until,
+    serving,
+    turn,
+    upgrade_status,
+)
 
 pytestmark = pytest.mark.anyio
 

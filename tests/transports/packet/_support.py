@@ -10,7 +10,14 @@ import anyio
 
 from kernel import Kernel, SQLiteStore
 from kernel.model import Usage
-from kernel.provider import Chunk, FinishChunk, ProviderRequest, TextChunk, ToolCallChunk, UsageChunk
+from kernel.provider import (
+    Chunk,
+    FinishChunk,
+    ProviderRequest,
+    TextChunk,
+    ToolCallChunk,
+    UsageChunk,
+)
 from kernel.settings import Settings
 from plugins.commands.builtin import BUILTIN_COMMANDS
 from plugins.providers.echo import EchoProvider

@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 from kernel import KernelError
 from kernel import model as m
 from transports.packet import codec
-from transports.packet.codec import Answer, PacketResponse, PacketType, RunCollector, decode, packet_kind
+from transports.packet.codec import (
+    Answer,
+    PacketResponse,
+    PacketType,
+    RunCollector,
+    decode,
+    packet_kind,
+)
 
 IDS = {"session_id": "packet", "request_id": "r1"}
 

@@ -10,7 +10,13 @@ from kernel.testing import running_kernel
 from plugins.manager import load_plugins
 from plugins.providers.echo import EchoProvider
 from transports.base import load_config
-from transports.packet import BackendClient, ConnectedServer, Packet, PacketTransport, connect
+from transports.packet import (
+    BackendClient,
+    ConnectedServer,
+    Packet,
+    PacketTransport,
+    connect,
+)
 
 from ._support import ALL_TOOLS, SlowEcho
 

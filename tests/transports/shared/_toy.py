@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import anyio
 import msgspec
-import sniffio
 
 from transports.shared import (
     CLOSE_NORMAL,
@@ -148,8 +146,3 @@ class _Canceller:
         self.scope.cancel()
 
 
-async def in_asyncio(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run an asyncio-only client coroutine: inline on asyncio, in a thread on trio."""
-    if sniffio.current_async_library() == "asyncio":
-        return await fn()
-    return await anyio.to_thread.run_sync(lambda: asyncio.run(fn()))  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from tests.asyncio_clients import in_asyncio
 from transports.shared import (
     ConfigError,
     HttpError,
@@ -28,7 +29,7 @@ from transports.shared import (
     validate_bind,
 )
 
-from ._toy import ToyConfig, in_asyncio, make_app, running
+from ._toy import ToyConfig, make_app, running
 
 pytestmark = pytest.mark.anyio
 
