@@ -362,7 +362,7 @@ def test_stdio_lines(gateway: Gateway) -> None:
     seen: list[dict[str, Any]] = []
     while not any(x.get("type") == "run_finished" and x.get("request_id") == "final" for x in seen):
         seen += _drain(lines)
-    assert next(x for x in seen if x.get("type") == "run_finished")["text"] == "echo: still there?"
+    assert next(x for x in seen if x.get("type") == "run_finished" and x.get("request_id") == "final")["text"] == "echo: still there?"
 
 
 def _drain(lines: SyncLines) -> list[dict[str, Any]]:

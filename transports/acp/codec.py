@@ -146,7 +146,7 @@ class JsonRpcCodec:
     def decode(self, line: bytes) -> Incoming:
         try:
             raw = _decode_any(line)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: nested too deep
             return Reject(self.error(None, PARSE_ERROR, f"Parse error: {exc}"))
         if isinstance(raw, list):
             return Reject(self.error(None, INVALID_REQUEST, "Invalid request: batches are not supported"))

@@ -28,7 +28,7 @@ class StdioCodec:
             command = _decode_command(line)
         except msgspec.ValidationError as exc:
             return self._error(line, "invalid_request", self._explain(line, exc))
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: nested too deep
             return self._error(line, "parse_error", f"malformed JSON: {exc}")
         if command.session_id is None and self.default_session_id is not None:
             command = msgspec.structs.replace(command, session_id=self.default_session_id)
@@ -37,7 +37,7 @@ class StdioCodec:
     def _explain(self, line: bytes, exc: msgspec.ValidationError) -> str:
         try:
             raw = _decode_any(line)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             raw = None
         if not isinstance(raw, dict):
             return "a command must be a JSON object with a 'type' field"
@@ -67,7 +67,7 @@ class StdioCodec:
 def _request_id(line: bytes) -> str | None:
     try:
         raw: Any = _decode_any(line)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
     if isinstance(raw, dict) and isinstance(raw.get("request_id"), str):
         return raw["request_id"]

@@ -141,3 +141,14 @@ def test_eof_interrupts_a_running_prompt_after_the_grace(backend: str, tmp_path:
     assert code == 0
     [answer] = [m for m in rest if m.get("id") == 2]
     assert answer["result"]["stopReason"] == "cancelled"
+
+
+def test_deeply_nested_lines_are_parse_errors_not_crashes(backend: str, tmp_path: Path) -> None:
+    with raw_gateway(backend, tmp_path, tmp_path / "g.db") as gw:
+        for line in (b"[" * 200_000 + b"]" * 200_000, b'{"a":' * 200_000 + b"1" + b"}" * 200_000):
+            gw.send(line)
+            reply = gw.receive()
+            assert reply["id"] is None and reply["error"]["code"] == -32700, reply
+        assert gw.call(1, "initialize", INIT)["result"]["protocolVersion"] == 1
+        code, rest = gw.close()
+    assert code == 0 and rest == []

@@ -105,3 +105,24 @@ async def test_sigterm_interrupts_and_exits_zero(tmp_path: Path, anyio_backend: 
         assert len(ends) == 1 and ends[0]["interrupted"] is True
         with anyio.fail_after(10):
             assert await client.process.wait() == 0
+
+
+async def test_deeply_nested_lines_are_parse_errors_not_crashes(tmp_path: Path, anyio_backend: str) -> None:
+    env = gateway_env(tmp_path / "g.db")
+    async with gateway_process(["serve", "--transport", "stdio", "--backend", anyio_backend], env, cwd=tmp_path) as client:
+        await client.receive(timeout_s=30)
+        deep = b"[" * 200_000 + b"]" * 200_000  # 400 kB: under the default 1 MiB line limit
+        await client.send(deep)
+        bad = await client.receive()
+        assert bad["type"] == "error" and bad["error"]["code"] == "invalid_request", bad  # an array is no command
+        for line in (b'{"a":' * 150_000 + b"1" + b"}" * 150_000, b'{"type":"prompt","text":"x","extra":' + deep + b"}"):
+            await client.send(line)
+            bad = await client.receive()
+            assert bad["type"] == "error" and bad["error"]["code"] == "parse_error", bad
+        await client.send({"type": "prompt", "text": "still here", "request_id": "after"})
+        seen = await client.until(is_end)
+        assert seen[-1]["request_id"] == "after" and seen[-1]["text"] == "echo: still here"
+        await client.close_stdin()
+        await client.rest()
+        with anyio.fail_after(10):
+            assert await client.process.wait() == 0
