@@ -11,18 +11,11 @@ from typing import Any
 import anyio
 import msgspec
 
-from kernel import KernelError
-from kernel.settings import Settings, load_settings, mask_secrets
+from kernel import KernelError, Settings, gateway_version, load_settings, mask_secrets
 
 from . import app
 
 log = logging.getLogger("gateway")
-
-
-def _version() -> str:
-    from kernel.kernel import _version as kernel_version
-
-    return kernel_version()
 
 
 def _parse_value(text: str) -> Any:
@@ -34,7 +27,7 @@ def _parse_value(text: str) -> Any:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gateway", description="A pluggable transport gateway for AI agents.")
-    parser.add_argument("--version", action="version", version=f"gateway {_version()}")
+    parser.add_argument("--version", action="version", version=f"gateway {gateway_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the kernel and serve one or more transports")

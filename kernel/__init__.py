@@ -1,60 +1,93 @@
 """The transport-agnostic kernel: model, sessions, run loop, store, settings.
 
-Imports only the standard library, anyio and msgspec. Transports talk to it
-through :class:`Kernel` (``execute`` and ``subscribe``) and the types in
-:mod:`kernel.model`.
+Imports only the standard library, anyio and msgspec. This package is the kernel's
+whole public surface: a transport or plugin uses the names exported here and the
+types in :mod:`kernel.model` (commands, events, replies, content parts, ``ErrorInfo``
+with its stable codes), and nothing else — a test walks the source to keep it so
+(docs/writing-a-transport.md, "The seam"). :mod:`kernel.testing` is public for tests.
 
-Public surface for plugins (stable; docs/writing-a-transport.md §1):
-
-* the names exported here, and :mod:`kernel.model` (commands, events, replies,
-  content parts, ``ErrorInfo`` with its stable codes);
-* ``Kernel.execute``, ``subscribe``, ``session``, ``agent``, ``agent_info``,
-  ``sessions``, ``settings``, ``tools``, ``commands``, ``settings_view``,
-  ``update_settings``, ``unload_session``; :class:`Follower` (a session's events
-  across subscriber lag: what a transport's writer reads); on the :class:`Session` it returns: ``id``,
-  ``agent``, ``busy``, ``state``, ``info()``, ``interrupt()``, ``wait_idle()``, and the
-  per-session overrides ``max_turns``, ``approval_timeout_s``, ``model_override``, ``files``;
-* :mod:`kernel.provider` (chunk types), :mod:`kernel.settings` (``Settings``),
-  :mod:`kernel.testing` (``ScriptedProvider``, ``text_turn``, ``tool_turn``,
-  ``failing_turn``, ``running_kernel``).
-
-Private: ``kernel.run``, ``kernel.toolcalls``, ``kernel.hub.EventHub``, the
-store's and the session's internals, and every name starting with ``_``.
+Names are loaded on first use, so ``import kernel.model`` (what a pure codec needs)
+loads msgspec and nothing more.
 """
 
-from .commands import CommandContext, SlashCommand
-from .follow import Follower
-from .hub import Subscription
-from .kernel import Kernel, ProviderFactory
-from .model import Command, Event, KernelError, Reply
-from .provider import Provider, ProviderError, ProviderRequest
-from .session import Session
-from .settings import Settings, load_settings, mask_secret
-from .store import SQLiteStore, Store
-from .tools import FileAccess, Tool, ToolContext, ToolFailure
+from __future__ import annotations
 
-__all__ = [
-    "Command",
-    "CommandContext",
-    "Event",
-    "FileAccess",
-    "Follower",
-    "Kernel",
-    "KernelError",
-    "Provider",
-    "ProviderError",
-    "ProviderFactory",
-    "ProviderRequest",
-    "Reply",
-    "SQLiteStore",
-    "Session",
-    "Settings",
-    "SlashCommand",
-    "Store",
-    "Subscription",
-    "Tool",
-    "ToolContext",
-    "ToolFailure",
-    "load_settings",
-    "mask_secret",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: Exported name -> the private module that defines it.
+_EXPORTS: dict[str, str] = {
+    "Kernel": "kernel",
+    "ProviderFactory": "kernel",
+    "gateway_version": "kernel",
+    "Follower": "follow",
+    "RunFollower": "follow",
+    "RunWatch": "follow",
+    "Subscription": "hub",
+    "Command": "model",
+    "Event": "model",
+    "Reply": "model",
+    "KernelError": "model",
+    "ApprovalPolicy": "model",
+    "FileAccess": "model",
+    "CommandContext": "commands",
+    "SlashCommand": "commands",
+    "Chunk": "provider",
+    "FinishChunk": "provider",
+    "Provider": "provider",
+    "ProviderError": "provider",
+    "ProviderRequest": "provider",
+    "ReasoningChunk": "provider",
+    "TextChunk": "provider",
+    "ToolCallChunk": "provider",
+    "ToolSpec": "provider",
+    "UsageChunk": "provider",
+    "AgentSettings": "settings",
+    "OpenAISettings": "settings",
+    "SECRET_KEYS": "settings",
+    "Settings": "settings",
+    "load_settings": "settings",
+    "mask_secret": "settings",
+    "mask_secrets": "settings",
+    "SQLiteStore": "store",
+    "Store": "store",
+    "Tool": "tools",
+    "ToolContext": "tools",
+    "ToolFailure": "tools",
+    "WorkspaceFiles": "files",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kernel' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from .commands import CommandContext, SlashCommand
+    from .files import WorkspaceFiles
+    from .follow import Follower, RunFollower, RunWatch
+    from .hub import Subscription
+    from .kernel import Kernel, ProviderFactory, gateway_version
+    from .model import ApprovalPolicy, Command, Event, FileAccess, KernelError, Reply
+    from .provider import (
+        Chunk,
+        FinishChunk,
+        Provider,
+        ProviderError,
+        ProviderRequest,
+        ReasoningChunk,
+        TextChunk,
+        ToolCallChunk,
+        ToolSpec,
+        UsageChunk,
+    )
+    from .settings import SECRET_KEYS, AgentSettings, OpenAISettings, Settings, load_settings, mask_secret, mask_secrets
+    from .store import SQLiteStore, Store
+    from .tools import Tool, ToolContext, ToolFailure

@@ -1,26 +1,67 @@
-"""Following a session's events across subscriber lag: one piece for every transport.
+"""Following events: a session's, across subscriber lag; and one run's, to its end.
 
-The hub cuts off a subscriber that stays behind too long (a slow client) with a final
-``subscriber_lagged`` event; it can resume after ``last_seq`` while the events are
-retained. A :class:`Follower` does that resubscription itself, so its reader sees a
-gap-free stream. Only when the missed events are gone does the ``subscriber_lagged``
-event reach the reader, last in its batch, saying where the gap starts; following
-then goes on from now, or ends with ``stop_on_loss`` (a stream that must not have a
-hole, such as an SSE stream resumable by ``Last-Event-ID``).
+* :class:`Follower` — a session's events for a transport's writer. The hub cuts off a
+  subscriber that stays behind too long (a slow client) with a final ``subscriber_lagged``
+  event; it can resume after ``last_seq`` while the events are retained. The follower
+  does that resubscription itself, so its reader sees a gap-free stream. Only when the
+  missed events are gone does the ``subscriber_lagged`` event reach the reader, last in
+  its batch, saying where the gap starts; following then goes on from now, or ends with
+  ``stop_on_loss`` (a stream that must not have a hole, such as an SSE stream resumable
+  by ``Last-Event-ID``).
+* :class:`RunWatch` — which events belong to one run, and what that run is waiting for:
+  pure bookkeeping, fed with a session's events (the one place that answers "is this
+  event of my run?").
+* :class:`RunFollower` — a request answered by one run (a REST call, an OpenAI request,
+  a Packet message, an editor's prompt): it subscribes, *then* starts the run (so
+  nothing is missed), hands out that run's events only, and ends with its
+  ``run_finished`` / ``run_failed`` — or a ``run_failed`` saying why that end cannot
+  come (the session was closed, events were lost for good). Its questions are answered
+  by the :class:`~kernel.model.ApprovalPolicy` given at the start; with ``ask`` they
+  come out as events for the transport to put to its client, and one still open when
+  the follower closes is declined at once (nobody is left to answer it).
 """
 
 from __future__ import annotations
 
 import math
+import uuid
 from typing import TYPE_CHECKING, Self
 
 import anyio
+import msgspec
 
 from .hub import Subscription
-from .model import Event, KernelError, SubscriberLagged
+from .model import (
+    RUN_END_EVENTS,
+    Accepted,
+    ApprovalPolicy,
+    Continue,
+    ErrorCode,
+    ErrorInfo,
+    Event,
+    GetSession,
+    Interrupt,
+    KernelError,
+    OpenSession,
+    Prompt,
+    Regenerate,
+    ResolveToolApproval,
+    ResolveTurnLimit,
+    RunEvent,
+    RunFailed,
+    RunFinished,
+    SessionOpened,
+    SubscriberLagged,
+    ToolApprovalRequested,
+    ToolResult,
+    TurnLimitReached,
+    TurnStarted,
+)
 
 if TYPE_CHECKING:
     from .kernel import Kernel
+
+RunCommand = Prompt | Regenerate | Continue
 
 
 class Follower:
@@ -96,3 +137,170 @@ class Follower:
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
+
+
+class RunWatch:
+    """One run, picked out of its session's events by the client's request id."""
+
+    def __init__(self, request_id: str, run_id: str | None = None) -> None:
+        self.request_id = request_id
+        self.run_id = run_id
+        self.end: RunFinished | RunFailed | None = None
+        #: The question the run waits on, until it is answered (a tool result, the next turn).
+        self.question: ToolApprovalRequested | TurnLimitReached | None = None
+
+    def feed(self, event: Event) -> bool:
+        """Whether ``event`` belongs to this run (its bookkeeping updated)."""
+        if not isinstance(event, RunEvent) or self.end is not None:
+            return False
+        if self.run_id is None and event.request_id == self.request_id:
+            self.run_id = event.run_id
+        if event.run_id != self.run_id:
+            return False
+        if isinstance(event, (ToolApprovalRequested, TurnLimitReached)):
+            self.question = event
+        elif isinstance(event, ToolResult) and isinstance(self.question, ToolApprovalRequested):
+            if event.call_id == self.question.call_id:
+                self.question = None
+        elif isinstance(event, (TurnStarted, *RUN_END_EVENTS)):
+            self.question = None
+        if isinstance(event, RUN_END_EVENTS):
+            self.end = event
+        return True
+
+    def give_up(self, session_id: str, code: ErrorCode, message: str) -> RunFailed:
+        """The end that will not arrive (session closed, events lost): a ``run_failed``."""
+        self.end = RunFailed(
+            session_id=session_id,
+            run_id=self.run_id or "",
+            request_id=self.request_id,
+            error=ErrorInfo(code=code, message=message),
+        )
+        self.question = None
+        return self.end
+
+
+class RunFollower:
+    """Use as ``async with await RunFollower.start(kernel, prompt, policy=...) as run:``,
+    then ``await run.next_batch()`` until :attr:`end` is set (or ``await run.wait()``)."""
+
+    def __init__(self, kernel: Kernel, follower: Follower, watch: RunWatch, accepted: Accepted) -> None:
+        self.kernel = kernel
+        self.accepted = accepted
+        self._follower = follower
+        self._watch = watch
+
+    @classmethod
+    async def start(cls, kernel: Kernel, command: RunCommand, *, policy: ApprovalPolicy | None = None) -> RunFollower:
+        """Subscribe to the command's session (created for a prompt without one), then run it."""
+        if command.request_id is None:
+            command = msgspec.structs.replace(command, request_id=f"run-{uuid.uuid4().hex[:16]}")
+        if policy is not None and command.options.approval is None:
+            command = msgspec.structs.replace(command, options=msgspec.structs.replace(command.options, approval=policy))
+        if isinstance(command, Prompt):
+            opened = await kernel.execute(OpenSession(session_id=command.session_id, agent_id=command.agent_id))
+            assert isinstance(opened, SessionOpened)
+            command = msgspec.structs.replace(command, session_id=opened.session.session_id)
+        assert command.session_id is not None and command.request_id is not None
+        follower = await Follower.open(kernel, command.session_id)
+        try:
+            accepted = await kernel.execute(command)
+        except BaseException:
+            follower.close()
+            raise
+        assert isinstance(accepted, Accepted)
+        return cls(kernel, follower, RunWatch(command.request_id, accepted.run_id), accepted)
+
+    @property
+    def session_id(self) -> str:
+        return self._follower.session_id
+
+    @property
+    def request_id(self) -> str:
+        return self._watch.request_id
+
+    @property
+    def run_id(self) -> str | None:
+        return self._watch.run_id
+
+    @property
+    def end(self) -> RunFinished | RunFailed | None:
+        return self._watch.end
+
+    @property
+    def question(self) -> ToolApprovalRequested | TurnLimitReached | None:
+        """What the run waits for the client to answer (policy ``ask``)."""
+        return self._watch.question
+
+    async def next_batch(self, deadline: float | None = None) -> list[Event]:
+        """This run's next events, in order; ``[]`` on the deadline or after its end."""
+        while self._watch.end is None:
+            batch = await self._follower.next_batch(deadline)
+            if not batch:
+                if self._follower.closed:
+                    return [self._watch.give_up(self.session_id, "internal", "the session was closed before the run ended")]
+                return []
+            ours = [event for event in batch if self._watch.feed(event)]
+            if isinstance(batch[-1], SubscriberLagged) and self._watch.end is None and not await self._still_running():
+                ours.append(
+                    self._watch.give_up(
+                        self.session_id, "rate_limited", f"the request fell behind and missed the end of its run: {batch[-1].error.message}"
+                    )
+                )
+            if ours:
+                return ours
+        return []
+
+    async def _still_running(self) -> bool:
+        """After lost events: whether the run's end may still come (it is active or queued)."""
+        try:
+            reply = await self.kernel.execute(GetSession(session_id=self.session_id))
+        except KernelError:
+            return False
+        assert isinstance(reply, SessionOpened)
+        info = reply.session
+        return info.run_id == self.run_id or (info.run_id is None and info.queued > 0)
+
+    async def wait(self) -> RunFinished | RunFailed:
+        """Read the run to its end (its events are dropped): the end."""
+        while self._watch.end is None:
+            await self.next_batch()
+        return self._watch.end
+
+    async def answer(self, approved: bool, reason: str | None = None, *, remember: bool = False) -> None:
+        """Answer the run's open question (a tool approval, or the turn limit)."""
+        question = self._watch.question
+        if question is None:
+            raise KernelError("invalid_request", "the run has no open question")
+        command: ResolveToolApproval | ResolveTurnLimit
+        if isinstance(question, ToolApprovalRequested):
+            command = ResolveToolApproval(session_id=self.session_id, call_id=question.call_id, approved=approved, reason=reason, remember=remember)
+        else:
+            command = ResolveTurnLimit(session_id=self.session_id, confirmed=approved, reason=reason)
+        await self.kernel.execute(command)
+
+    async def interrupt(self) -> bool:
+        """Stop the run (even while it is still queued); False when it is already over."""
+        if self._watch.end is not None:
+            return False
+        try:
+            await self.kernel.execute(Interrupt(session_id=self.session_id, target_request_id=self.request_id))
+        except KernelError:
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        """Stop following; a question still open is declined (nobody is left to answer it)."""
+        with anyio.CancelScope(shield=True):
+            if self._watch.question is not None and self._watch.end is None:
+                try:
+                    await self.answer(False, "the client went away")
+                except KernelError:
+                    pass  # answered or timed out meanwhile
+            self._follower.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,14 +1,19 @@
-"""Per-session event fan-out with bounded subscriber buffers.
+"""Per-session event fan-out: bounded subscriber buffers, and backpressure on the run.
 
-Publishing never waits: a run must not stall because one watcher is slow. Each
-subscriber has a bounded buffer. Adjacent text deltas of the same run merge while
-they wait (they are mergeable by nature, and one bigger write beats many small
-ones), up to ``MAX_MERGED_CHARS`` each. A subscriber whose buffer is full stops
-receiving copies; once it drains its buffer it catches up from the session's
-retained log. If it stays full past a grace period, or the events it missed are no
-longer retained, it receives a final ``subscriber_lagged`` event and can subscribe
-again with ``after_seq``. Memory per subscriber is therefore bounded by its buffer
-size (events, merged deltas at most ``MAX_MERGED_CHARS`` long).
+Each subscriber has a buffer bounded in events and in bytes. Adjacent text deltas of
+the same run merge while they wait (they are mergeable by nature, and one bigger write
+beats many small ones), up to ``MAX_MERGED_CHARS`` each. :meth:`EventHub.publish` never
+waits: a subscriber whose buffer is full stops receiving copies and is *behind*; once it
+drains its buffer it catches up from the session's retained log.
+
+The run does wait, through :meth:`EventHub.room`: while a subscriber is behind, the
+session's next event is held back (and with it the provider's stream, whose socket
+fills) until that subscriber catches up, or until it has been behind for its grace
+period — then it is cut off with a final ``subscriber_lagged`` event and the run goes on
+for everyone else. So a healthy reader, however fast the model, loses nothing; a reader
+that stopped reading holds the run up for at most its grace, and can subscribe again
+with ``after_seq`` to resume while the events are retained. Memory per subscriber is
+bounded by its buffer; the retained log is bounded in events and in bytes.
 """
 
 from __future__ import annotations
@@ -25,15 +30,37 @@ from .model import ErrorInfo, Event, SubscriberLagged, TextDelta
 #: Merging stops at this size: unbounded merging would let a stalled subscriber hold the
 #: whole run's text in one delta (copied again at every publish) and never count as full.
 MAX_MERGED_CHARS = 4096
+#: What an event costs beyond its text, for the byte bounds (a struct and its fields).
+EVENT_OVERHEAD_BYTES = 128
+
+
+def event_bytes(event: Event) -> int:
+    text = getattr(event, "text", "")
+    return EVENT_OVERHEAD_BYTES + (len(text) if isinstance(text, str) else 0)
 
 
 class EventHub:
-    def __init__(self, session_id: str, *, retention: int, buffer_size: int, grace_s: float) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        retention: int,
+        buffer_size: int,
+        grace_s: float,
+        buffer_bytes: int = 1 << 20,
+        retention_bytes: int = 1 << 20,
+    ) -> None:
         self.session_id = session_id
         self.last_seq = 0
-        self._log: deque[Event] = deque(maxlen=retention)
+        self._log: deque[Event] = deque()
+        self._log_bytes = 0
+        self._retention = retention
+        self._retention_bytes = retention_bytes
         self._subscribers: set[Subscription] = set()
+        self._behind: set[Subscription] = set()
+        self._progress = anyio.Event()
         self._buffer_size = buffer_size
+        self._buffer_bytes = buffer_bytes
         self._grace_s = grace_s
         self._closed = False
 
@@ -41,10 +68,39 @@ class EventHub:
         """Stamp the next ``seq`` on the event, retain it and offer it to every subscriber."""
         self.last_seq += 1
         stamped = msgspec.structs.replace(event, seq=self.last_seq)
-        self._log.append(stamped)
+        self._retain(stamped)
         for subscriber in tuple(self._subscribers):
             subscriber._offer(stamped)
         return stamped
+
+    def _retain(self, event: Event) -> None:
+        self._log.append(event)
+        self._log_bytes += event_bytes(event)
+        while len(self._log) > self._retention or (self._log_bytes > self._retention_bytes and len(self._log) > 1):
+            self._log_bytes -= event_bytes(self._log.popleft())
+
+    @property
+    def backlogged(self) -> bool:
+        """Some subscriber is behind: the next event should wait for :meth:`room`."""
+        return bool(self._behind)
+
+    async def room(self) -> None:
+        """Wait until no subscriber is behind; one behind past its grace is cut off."""
+        while self._behind:
+            laggard = min(self._behind, key=Subscription._behind_since)
+            left = laggard._behind_since() + laggard._grace_s - laggard._clock()
+            if left <= 0:
+                laggard._cut_off(f"subscriber fell behind for more than {laggard._grace_s:g}s")
+                continue
+            if self._progress.is_set():
+                self._progress = anyio.Event()
+            with anyio.move_on_after(left):
+                await self._progress.wait()
+
+    def _caught_up(self, sub: Subscription) -> None:
+        if sub in self._behind:
+            self._behind.discard(sub)
+            self._progress.set()
 
     def since(self, seq: int) -> list[Event] | None:
         """Retained events after ``seq``; None when some of them were already dropped."""
@@ -56,7 +112,7 @@ class EventHub:
 
     def subscribe(self, after_seq: int | None = None, *, buffer_size: int | None = None) -> Subscription:
         """Events from now on, or (with ``after_seq``) the retained ones after it first."""
-        sub = Subscription(self, buffer_size or self._buffer_size, self._grace_s)
+        sub = Subscription(self, buffer_size or self._buffer_size, self._buffer_bytes, self._grace_s)
         if after_seq is not None:
             sub._delivered_seq = after_seq
             missed = self.since(after_seq)
@@ -77,9 +133,12 @@ class EventHub:
         for subscriber in tuple(self._subscribers):
             subscriber._finish()
         self._subscribers.clear()
+        self._behind.clear()
+        self._progress.set()
 
     def _discard(self, sub: Subscription) -> None:
         self._subscribers.discard(sub)
+        self._caught_up(sub)
 
     @property
     def subscriber_count(self) -> int:
@@ -89,10 +148,14 @@ class EventHub:
 class Subscription:
     """An async iterator of a session's events; use as ``async with`` to unsubscribe."""
 
-    def __init__(self, hub: EventHub, buffer_size: int, grace_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, hub: EventHub, buffer_size: int, buffer_bytes: int, grace_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._hub = hub
         self._buffer: deque[Event] = deque()
+        self._bytes = 0
         self._size = buffer_size
+        self._max_bytes = buffer_bytes
         self._grace_s = grace_s
         self._clock = clock
         self._wake = anyio.Event()
@@ -109,6 +172,9 @@ class Subscription:
     def pending(self) -> int:
         return len(self._buffer)
 
+    def _behind_since(self) -> float:
+        return self._overflow_since if self._overflow_since is not None else self._clock()
+
     def _offer(self, event: Event) -> None:
         if self._closed:
             return
@@ -121,14 +187,20 @@ class Subscription:
                 and len(last.text) + len(event.text) <= MAX_MERGED_CHARS
             ):
                 self._buffer[-1] = msgspec.structs.replace(last, text=last.text + event.text, seq=event.seq)
+                self._bytes += len(event.text)
                 return
-        if self._overflow_since is None and len(self._buffer) < self._size:
+        size = event_bytes(event)
+        if self._overflow_since is None and (
+            not self._buffer or (len(self._buffer) < self._size and self._bytes + size <= self._max_bytes)
+        ):
             self._buffer.append(event)
+            self._bytes += size
             self._wake.set()
             return
         now = self._clock()
         if self._overflow_since is None:
             self._overflow_since = now
+            self._hub._behind.add(self)
         elif now - self._overflow_since > self._grace_s:
             self._cut_off(f"subscriber fell behind for more than {self._grace_s:g}s")
 
@@ -149,16 +221,21 @@ class Subscription:
         self._closed = True
         self._wake.set()
 
+    def _take(self) -> Event:
+        event = self._buffer.popleft()
+        if isinstance(event, SubscriberLagged):
+            return event
+        self._bytes -= event_bytes(event)
+        self._delivered_seq = event.seq
+        return event
+
     def __aiter__(self) -> Subscription:
         return self
 
     async def __anext__(self) -> Event:
         while True:
             if self._buffer:
-                event = self._buffer.popleft()
-                if not isinstance(event, SubscriberLagged):
-                    self._delivered_seq = event.seq
-                return event
+                return self._take()
             if self._overflow_since is not None and not self._closed:
                 missed = self._hub.since(self._delivered_seq)
                 self._overflow_since = None
@@ -166,6 +243,8 @@ class Subscription:
                     self._cut_off("the events this subscriber missed are no longer retained")
                 else:
                     self._buffer.extend(missed)
+                    self._bytes += sum(event_bytes(e) for e in missed)
+                    self._hub._caught_up(self)
                 continue
             if self._closed:
                 raise StopAsyncIteration
@@ -176,10 +255,7 @@ class Subscription:
         """Everything ready now without waiting (lets a writer batch one socket write)."""
         out: list[Event] = []
         while self._buffer:
-            event = self._buffer.popleft()
-            if not isinstance(event, SubscriberLagged):
-                self._delivered_seq = event.seq
-            out.append(event)
+            out.append(self._take())
         return out
 
     def close(self) -> None:

@@ -22,11 +22,13 @@ from . import model as m
 from .commands import CommandContext, SlashCommand
 from .files import WorkspaceFiles
 from .hub import Subscription
+from .jobs import HistoryJob
 from .provider import Provider
-from .session import ClearJob, Session
+from .session import Session
 from .settings import AgentSettings, Settings, mask_secrets, merge, to_data, validate
+from .state import Answer
 from .store import SessionRecord, SQLiteStore, Store
-from .toolcalls import invoke
+from .toolcalls import ToolExecution, invoke
 from .tools import Tool, ToolContext
 
 log = logging.getLogger("gateway.kernel")
@@ -35,7 +37,8 @@ ProviderFactory = Callable[[Settings], Provider]
 SETTINGS_KEY = "settings.overrides"
 
 
-def _version() -> str:
+def gateway_version() -> str:
+    """The installed gateway package's version."""
     try:
         from importlib.metadata import version
 
@@ -56,7 +59,7 @@ class Kernel:
         shutdown_grace_s: float = 5.0,
     ) -> None:
         self.settings = settings
-        self.version = _version()
+        self.version = gateway_version()
         self.provider_factories = dict(providers)
         self.tools: dict[str, Tool] = {t.name: t for t in tools}
         self.commands: dict[str, SlashCommand] = {c.name: c for c in commands}
@@ -76,7 +79,7 @@ class Kernel:
         await self.store.open()
         stored = await self.store.get_value(SETTINGS_KEY)
         if stored:
-            self._overrides = msgspec.json.decode(stored)
+            self._overrides = msgspec.json.decode(stored, type=dict[str, Any])
             try:
                 self.settings = validate(merge(to_data(self.settings), self._overrides))
             except m.KernelError as exc:
@@ -168,17 +171,16 @@ class Kernel:
         except Exception:  # a provider that cannot start yet still lists by name
             return provider
 
-    def files_for(self, session: Session | None) -> Any:
-        if session is not None and session.files is not None:
-            return session.files
+    def workspace_files(self) -> WorkspaceFiles:
+        """The default file access of tools: the configured workspace on disk."""
         return WorkspaceFiles(self.settings.tools.workspace, max_bytes=self.settings.tools.file_max_bytes)
 
-    async def invoke_tool(self, tool: Tool, arguments: dict[str, Any], session: Session | None) -> tuple[str, bool, bool]:
+    async def invoke_tool(self, tool: Tool, arguments: dict[str, Any], session: Session | None) -> ToolExecution:
         context = ToolContext(
             session_id=session.id if session is not None else "",
             agent_id=(session.agent if session is not None else self.agent(None)).agent_id(),
             workspace=WorkspaceFiles(self.settings.tools.workspace).root,
-            files=self.files_for(session),
+            files=session.files if session is not None and session.files is not None else self.workspace_files(),
             store=self.store,
         )
         return await invoke(tool, arguments, context, self.settings.tools.timeout_s)
@@ -270,49 +272,48 @@ class Kernel:
             raise m.KernelError("invalid_request", f"unsupported command {type(command).__name__}")
         return await handler(self, command)
 
+    async def _start_run(self, session: Session, cmd: m.Prompt | m.Regenerate | m.Continue, **job: Any) -> m.Reply:
+        run = session.new_run(cmd.request_id, options=cmd.options, **job)
+        queued = session.enqueue(run)
+        return m.Accepted(request_id=cmd.request_id, session_id=session.id, run_id=run.run_id, queued=queued)
+
     async def _prompt(self, cmd: m.Prompt) -> m.Reply:
         session = await self.session(cmd.session_id, cmd.agent_id)
         parts = cmd.content_parts()
         if not parts:
             raise m.KernelError("invalid_request", "empty prompt")
-        job = session.new_run(cmd.request_id, parts=parts, options=cmd.options)
-        queued = session.enqueue(job)
-        return m.Accepted(request_id=cmd.request_id, session_id=session.id, run_id=job.run_id, queued=queued)
+        return await self._start_run(session, cmd, parts=parts)
 
     async def _regenerate(self, cmd: m.Regenerate) -> m.Reply:
-        session = await self.session(cmd.session_id, create=False)
-        job = session.new_run(cmd.request_id, options=cmd.options, regenerate=True)
-        queued = session.enqueue(job)
-        return m.Accepted(request_id=cmd.request_id, session_id=session.id, run_id=job.run_id, queued=queued)
+        return await self._start_run(await self.session(cmd.session_id, create=False), cmd, regenerate=True)
 
     async def _continue(self, cmd: m.Continue) -> m.Reply:
-        session = await self.session(cmd.session_id, create=False)
-        job = session.new_run(cmd.request_id, options=cmd.options, resume=True)
-        queued = session.enqueue(job)
-        return m.Accepted(request_id=cmd.request_id, session_id=session.id, run_id=job.run_id, queued=queued)
+        return await self._start_run(await self.session(cmd.session_id, create=False), cmd, resume=True)
 
     async def _interrupt(self, cmd: m.Interrupt) -> m.Reply:
         session = await self.session(cmd.session_id, create=False)
-        if not session.interrupt(run_id=cmd.run_id):
+        if not session.interrupt(run_id=cmd.run_id, request_id=cmd.target_request_id):
             raise m.KernelError("invalid_request", "No active model output to interrupt")
         return m.Done(request_id=cmd.request_id, message="interrupted")
 
+    async def _change_history(self, cmd: m.Command, job: HistoryJob, done: str) -> m.Reply:
+        """History changes wait in the session's inbox behind a run (answered ``queued``)."""
+        session = await self.session(cmd.session_id, create=not isinstance(cmd, m.ClearContext))
+        if await session.change_history(job):
+            return m.Done(request_id=cmd.request_id, message=done)
+        return m.Accepted(request_id=cmd.request_id, session_id=session.id, queued=True)
+
     async def _clear(self, cmd: m.ClearContext) -> m.Reply:
-        session = await self.session(cmd.session_id, create=False)
-        if session.busy:
-            session.enqueue(ClearJob(request_id=cmd.request_id))
-            return m.Accepted(request_id=cmd.request_id, session_id=session.id, queued=True)
-        await session.clear_context(cmd.request_id)
-        return m.Done(request_id=cmd.request_id, message="context cleared")
+        return await self._change_history(cmd, HistoryJob("clear_context", cmd.request_id), "context cleared")
 
     async def _approve(self, cmd: m.ResolveToolApproval) -> m.Reply:
         session = await self.session(cmd.session_id, create=False)
-        session.resolve("awaiting_tool_approval", cmd.call_id, cmd.approved, cmd.reason, cmd.remember)
+        session.answer("tool_approval", cmd.call_id, Answer(yes=cmd.approved, reason=cmd.reason, remember=cmd.remember))
         return m.Done(request_id=cmd.request_id, message="approved" if cmd.approved else "rejected")
 
     async def _turns(self, cmd: m.ResolveTurnLimit) -> m.Reply:
         session = await self.session(cmd.session_id, create=False)
-        session.resolve("awaiting_turn_confirmation", None, cmd.confirmed, cmd.reason)
+        session.answer("turn_limit", None, Answer(yes=cmd.confirmed, reason=cmd.reason))
         return m.Done(request_id=cmd.request_id, message="confirmed" if cmd.confirmed else "declined")
 
     async def _run_command(self, cmd: m.RunCommand) -> m.Reply:
@@ -337,12 +338,41 @@ class Kernel:
             raise m.KernelError("not_found", f"Unknown tool: {cmd.name}")
         # Without a session the call runs in the default agent's context; no session is made.
         session = await self.session(cmd.session_id) if cmd.session_id else None
-        result, is_error, _ = await self.invoke_tool(tool, dict(cmd.arguments), session)
-        return m.ToolOutput(request_id=cmd.request_id, name=cmd.name, result=result, is_error=is_error)
+        done = await self.invoke_tool(tool, dict(cmd.arguments), session)
+        return m.ToolOutput(request_id=cmd.request_id, name=cmd.name, result=done.result, is_error=done.outcome != "ok")
 
     async def _open(self, cmd: m.OpenSession) -> m.Reply:
-        session = await self.session(cmd.session_id, cmd.agent_id, label=cmd.label)
+        session = await self.session(cmd.session_id, cmd.agent_id, label=cmd.label, ephemeral=cmd.ephemeral)
         return m.SessionOpened(request_id=cmd.request_id, session=session.info())
+
+    async def _get_session(self, cmd: m.GetSession) -> m.Reply:
+        session = await self.session(cmd.session_id, create=False)
+        return m.SessionOpened(request_id=cmd.request_id, session=session.info())
+
+    async def _configure(self, cmd: m.ConfigureSession) -> m.Reply:
+        session = await self.session(cmd.session_id, create=False)
+        if cmd.max_turns is not msgspec.UNSET:
+            if cmd.max_turns is not None and cmd.max_turns < 0:
+                raise m.KernelError("invalid_request", "max_turns must be >= 0 (0 = unlimited)")
+            session.max_turns = cmd.max_turns
+        if cmd.approval_timeout_s is not msgspec.UNSET:
+            if cmd.approval_timeout_s is not None and cmd.approval_timeout_s <= 0:
+                raise m.KernelError("invalid_request", "approval_timeout_s must be > 0")
+            session.approval_timeout_s = cmd.approval_timeout_s
+        if cmd.model is not msgspec.UNSET:
+            session.model_override = cmd.model.strip() or None if cmd.model is not None else None
+        if cmd.files is not msgspec.UNSET:
+            session.files = cmd.files
+        return m.SessionOpened(request_id=cmd.request_id, session=session.info())
+
+    async def _close_session(self, cmd: m.CloseSession) -> m.Reply:
+        if cmd.session_id is None:
+            raise m.KernelError("invalid_request", "session_id is required")
+        live = self.sessions.get(cmd.session_id)
+        if live is not None and cmd.if_unwatched and live.hub.subscriber_count > 0:
+            return m.Done(request_id=cmd.request_id, message="session still watched")
+        await self.unload_session(cmd.session_id)
+        return m.Done(request_id=cmd.request_id, message="session closed")
 
     async def _delete(self, cmd: m.DeleteSession) -> m.Reply:
         if cmd.session_id is None:
@@ -365,7 +395,10 @@ class Kernel:
             infos.append(
                 live.info()
                 if live
-                else m.SessionInfo(session_id=r.session_id, agent_id=r.agent_id, label=r.label, created_at=r.created_at, message_count=r.message_count)
+                else m.SessionInfo(
+                    session_id=r.session_id, agent_id=r.agent_id, label=r.label, created_at=r.created_at,
+                    updated_at=r.updated_at, message_count=r.message_count,
+                )
             )
         return m.SessionList(request_id=cmd.request_id, sessions=tuple(infos))
 
@@ -410,18 +443,12 @@ class Kernel:
         return m.HistoryView(request_id=cmd.request_id, session_id=session.id, messages=tuple(messages))
 
     async def _save_history(self, cmd: m.SaveHistory) -> m.Reply:
-        session = await self.session(cmd.session_id)
         if not cmd.messages:
-            await session.replace_history([])
-            return m.Done(request_id=cmd.request_id, message="history cleared")
-        await session.persist(list(cmd.messages))
-        return m.Done(request_id=cmd.request_id, message="history saved")
+            return await self._change_history(cmd, HistoryJob("replace", cmd.request_id), "history cleared")
+        return await self._change_history(cmd, HistoryJob("append", cmd.request_id, cmd.messages), "history saved")
 
     async def _clear_history(self, cmd: m.ClearHistory) -> m.Reply:
-        session = await self.session(cmd.session_id)
-        session.turns = 0
-        await session.replace_history([])
-        return m.Done(request_id=cmd.request_id, message="history cleared")
+        return await self._change_history(cmd, HistoryJob("clear_history", cmd.request_id), "history cleared")
 
     async def _list_agents(self, cmd: m.ListAgents) -> m.Reply:
         return m.AgentList(request_id=cmd.request_id, agents=tuple(self.agent_info(a) for a in self.settings.agents))
@@ -455,4 +482,7 @@ _HANDLERS: dict[type, Callable[[Kernel, Any], Any]] = {
     m.ListAgents: Kernel._list_agents,
     m.ListCommands: Kernel._list_commands,
     m.ListTools: Kernel._list_tools,
+    m.GetSession: Kernel._get_session,
+    m.ConfigureSession: Kernel._configure,
+    m.CloseSession: Kernel._close_session,
 }

@@ -9,9 +9,10 @@ wire as they are.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal, Protocol, Union, runtime_checkable
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 # ---------------------------------------------------------------- errors
 
@@ -92,6 +93,16 @@ def parts_text(parts: list[ContentPart] | tuple[ContentPart, ...]) -> str:
 # ---------------------------------------------------------------- conversation
 
 
+#: How a tool call ended, as data: codecs map it to their wire, nobody parses result text.
+#: ``rejected``: declined by the user or the approval policy, or an unknown tool;
+#: ``limit_reached``: over its per-run limit; ``timed_out``: the tool ran past its timeout;
+#: ``interrupted``: the run was interrupted before the tool finished.
+ToolOutcome = Literal["ok", "error", "rejected", "invalid_arguments", "limit_reached", "timed_out", "interrupted"]
+
+#: Outcomes in which the tool did not run because it was refused.
+REFUSED_OUTCOMES: frozenset[str] = frozenset({"rejected", "limit_reached"})
+
+
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     """One tool call the model asked for; ``arguments`` is the model's JSON text."""
 
@@ -110,6 +121,8 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     tool_call_id: str | None = None
     name: str | None = None
     created_at: float = 0.0
+    # For a tool message: how the call ended (None for messages stored before outcomes existed).
+    outcome: ToolOutcome | None = None
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
@@ -143,6 +156,37 @@ class ClientTool(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     parameters: dict[str, Any] = {}
 
 
+class ApprovalPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """How a run's questions are answered: by the client (``ask``) or by this policy.
+
+    A tool call that needs approval (the tool requires it, or the agent or request asks
+    before every tool) is run without a question when its name is in ``allow_tools`` or
+    its category in ``allow_categories``; otherwise ``mode`` decides: ``ask`` the client,
+    ``approve`` it, or ``reject`` it (the model is told ``reason``). ``turn_limit`` does the
+    same for the turn-limit question: ``ask``, ``continue`` (reset the count) or ``stop``.
+    Each transport chooses the policy its clients can live with (docs/architecture.md).
+    """
+
+    mode: Literal["ask", "approve", "reject"] = "ask"
+    allow_tools: tuple[str, ...] = ()
+    allow_categories: tuple[str, ...] = ()
+    turn_limit: Literal["ask", "continue", "stop"] = "ask"
+    reason: str | None = None
+
+    def decides(self, name: str, category: str) -> Literal["ask", "approve", "reject"]:
+        if name in self.allow_tools or category in self.allow_categories:
+            return "approve"
+        return self.mode
+
+
+def approval_policy(value: ApprovalPolicy | Literal["ask", "approve", "reject"], *, reason: str | None = None) -> ApprovalPolicy:
+    """A policy from a transport's config value: a table, or one of its modes as shorthand
+    (``"reject"`` also stops at the turn limit, since nobody can be asked)."""
+    if isinstance(value, ApprovalPolicy):
+        return value
+    return ApprovalPolicy(mode=value, turn_limit="ask" if value == "ask" else "stop", reason=reason)
+
+
 class PromptOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Per-request overrides of the agent's defaults (Agent-CLI ``config`` and friends)."""
 
@@ -155,6 +199,8 @@ class PromptOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     model: str | None = None
     temperature: float | None = None
     client_tools: tuple[ClientTool, ...] = ()
+    # None: every question is asked (the kernel's default, as if ``ApprovalPolicy()``).
+    approval: ApprovalPolicy | None = None
 
 
 class _Command(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True):
@@ -177,8 +223,12 @@ class Prompt(_Command, tag="prompt"):
 
 
 class Interrupt(_Command, tag="interrupt"):
-    # When set, only this run is interrupted (and an error says if it is not running).
+    """Stop the active run; or only the run with ``run_id``, or the run the client started
+    with ``target_request_id`` (active or still queued: a queued one ends as interrupted
+    without reaching the model). An error says when there is nothing to interrupt."""
+
     run_id: str | None = None
+    target_request_id: str | None = None
 
 
 class Regenerate(_Command, tag="regenerate"):
@@ -240,10 +290,50 @@ class ListSessions(_Command, tag="list_sessions"):
 
 
 class OpenSession(_Command, tag="open_session"):
-    """Create the session (or find it when it exists) for an agent."""
+    """Create the session (or find it when it exists) for an agent.
+
+    ``ephemeral``: a new session that lives in memory only, never stored or listed (a
+    throw-away conversation such as one OpenAI-compatible request); delete it when done.
+    """
 
     agent_id: str | None = None
     label: str | None = None
+    ephemeral: bool = False
+
+
+class GetSession(_Command, tag="get_session"):
+    """A session's info (loaded from the store when it is not live); ``not_found`` if unknown."""
+
+
+@runtime_checkable
+class FileAccess(Protocol):
+    """How file tools reach files. The default is the workspace on disk; the ACP
+    transport swaps in the editor's view (unsaved buffers included)."""
+
+    async def read_text(self, path: str, *, line: int | None = None, limit: int | None = None) -> str: ...
+
+    async def write_text(self, path: str, content: str) -> None: ...
+
+
+class ConfigureSession(_Command, tag="configure_session"):
+    """Per-session overrides; a field left out is not changed, ``null`` resets it.
+
+    ``files`` is for in-process transports only (an object, never on a wire): where
+    the session's file tools read and write (ACP: the editor's buffers).
+    """
+
+    max_turns: int | None | UnsetType = UNSET
+    approval_timeout_s: float | None | UnsetType = UNSET
+    model: str | None | UnsetType = UNSET
+    files: FileAccess | None | UnsetType = UNSET
+
+
+class CloseSession(_Command, tag="close_session"):
+    """Take a live session out of memory (its client left): its runs, queued ones too,
+    end as interrupted; the stored history stays. ``if_unwatched``: only when no other
+    subscriber follows it (another client, another transport)."""
+
+    if_unwatched: bool = False
 
 
 class DeleteSession(_Command, tag="delete_session"):
@@ -300,17 +390,10 @@ Command = Union[
     GetHistory,
     SaveHistory,
     ClearHistory,
+    GetSession,
+    ConfigureSession,
+    CloseSession,
 ]
-
-SESSION_COMMANDS = (
-    Prompt,
-    Interrupt,
-    Regenerate,
-    Continue,
-    ClearContext,
-    ResolveToolApproval,
-    ResolveTurnLimit,
-)
 
 # ---------------------------------------------------------------- events
 
@@ -322,25 +405,27 @@ class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_d
     seq: int = 0
 
 
-class _RunEvent(_Event, frozen=True, kw_only=True):
+class RunEvent(_Event, frozen=True, kw_only=True):
+    """Every event that belongs to one run: ``isinstance(event, RunEvent)``."""
+
     run_id: str
     request_id: str | None = None
 
 
-class RunStarted(_RunEvent, tag="run_started"):
+class RunStarted(RunEvent, tag="run_started"):
     agent_id: str = ""
     regenerate: bool = False
 
 
-class TextDelta(_RunEvent, tag="text_delta"):
+class TextDelta(RunEvent, tag="text_delta"):
     text: str
 
 
-class ReasoningDelta(_RunEvent, tag="reasoning_delta"):
+class ReasoningDelta(RunEvent, tag="reasoning_delta"):
     text: str
 
 
-class ToolCallStarted(_RunEvent, tag="tool_call"):
+class ToolCallStarted(RunEvent, tag="tool_call"):
     """The model asked for a tool; sent before approval or execution."""
 
     call_id: str
@@ -349,9 +434,11 @@ class ToolCallStarted(_RunEvent, tag="tool_call"):
     description: str = ""
     category: str = "general"
     access: str = "query"
+    # Whether a ``tool_approval_requested`` question follows (the kernel's decision).
+    needs_approval: bool = False
 
 
-class ToolApprovalRequested(_RunEvent, tag="tool_approval_requested"):
+class ToolApprovalRequested(RunEvent, tag="tool_approval_requested"):
     call_id: str
     name: str
     arguments: str
@@ -359,28 +446,33 @@ class ToolApprovalRequested(_RunEvent, tag="tool_approval_requested"):
     timeout_s: float | None = None
 
 
-class ToolResult(_RunEvent, tag="tool_result"):
+class ToolResult(RunEvent, tag="tool_result"):
+    """``result`` is what the model sees; ``outcome`` says how the call ended and
+    ``error`` why it failed (the bare reason, for clients that show it apart)."""
+
     call_id: str
     name: str
     result: str
+    outcome: ToolOutcome = "ok"
+    error: str | None = None
     is_error: bool = False
     rejected: bool = False
 
 
-class TurnLimitReached(_RunEvent, tag="turn_limit_reached"):
+class TurnLimitReached(RunEvent, tag="turn_limit_reached"):
     current_turns: int
     max_turns: int
     reason: str = ""
 
 
-class TurnStarted(_RunEvent, tag="turn_started"):
+class TurnStarted(RunEvent, tag="turn_started"):
     """One model call begins (turn = model call, as Agent-CLI counts them)."""
 
     turn: int
     iteration: int = 0
 
 
-class RunFinished(_RunEvent, tag="run_finished"):
+class RunFinished(RunEvent, tag="run_finished"):
     text: str
     usage: Usage = Usage()
     interrupted: bool = False
@@ -395,7 +487,7 @@ class RunFinished(_RunEvent, tag="run_finished"):
     context_tokens: int = 0
 
 
-class RunFailed(_RunEvent, tag="run_failed"):
+class RunFailed(RunEvent, tag="run_failed"):
     error: ErrorInfo
     text: str = ""
     usage: Usage = Usage()
@@ -460,16 +552,28 @@ class CommandInfo(msgspec.Struct, frozen=True, kw_only=True):
     usage: str = ""
 
 
+SessionState = Literal["idle", "running", "awaiting_tool_approval", "awaiting_turn_confirmation", "closed"]
+
+
 class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str
     agent_id: str
     label: str | None = None
     created_at: float = 0.0
+    updated_at: float = 0.0
     message_count: int = 0
-    state: str = "idle"
+    state: SessionState = "idle"
     last_seq: int = 0
     # Tokens used by the session's runs since it was loaded in this process.
     usage: Usage = Usage()
+    # Live only (a session not loaded has none of these):
+    run_id: str | None = None  # the active run
+    request_id: str | None = None  # the client's id of the active run
+    queued: int = 0  # jobs waiting behind it
+    pending_call_id: str | None = None  # the tool call waiting for approval
+    subscribers: int = 0
+    model: str = ""  # the model the session's next run uses
+    max_turns: int = 0  # its turn limit (0: none)
 
 
 class _Reply(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True):

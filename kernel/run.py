@@ -17,18 +17,23 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
+from .jobs import ActiveRun, RunJob
 from .model import (
+    ApprovalPolicy,
+    ContentPart,
     ErrorInfo,
     FilePart,
+    ImagePart,
     KernelError,
     Message,
+    PromptOptions,
+    ReasoningDelta,
     RunFailed,
     RunFinished,
     RunStarted,
     StopReason,
     TextDelta,
     TextPart,
-    ReasoningDelta,
     ToolCall,
     TurnLimitReached,
     TurnStarted,
@@ -36,6 +41,7 @@ from .model import (
 )
 from .provider import (
     FinishChunk,
+    Provider,
     ProviderError,
     ProviderRequest,
     ReasoningChunk,
@@ -43,11 +49,12 @@ from .provider import (
     ToolCallChunk,
     UsageChunk,
 )
-from .session import ActiveRun, Question, RunJob, Session
 from .toolcalls import ToolRunner
 
 if TYPE_CHECKING:
-    from .provider import Provider
+    from .session import Session
+
+Ids = dict[str, str | None]
 
 log = logging.getLogger("gateway.kernel")
 
@@ -77,23 +84,24 @@ class RunState:
         return text
 
 
-def user_message(parts: tuple[object, ...]) -> Message:
-    if all(isinstance(p, TextPart) for p in parts):
-        return Message(role="user", content="\n".join(p.text for p in parts))  # type: ignore[attr-defined]
-    return Message(role="user", content="", parts=parts)  # type: ignore[arg-type]
+def user_message(parts: tuple[ContentPart, ...]) -> Message:
+    texts = [p.text for p in parts if isinstance(p, TextPart)]
+    if len(texts) == len(parts):
+        return Message(role="user", content="\n".join(texts))
+    return Message(role="user", content="", parts=parts)
 
 
 async def execute_run(session: Session, run: ActiveRun) -> None:
     job = run.job
-    ids = {"session_id": session.id, "run_id": job.run_id, "request_id": job.request_id}
+    ids: Ids = {"session_id": session.id, "run_id": job.run_id, "request_id": job.request_id}
     state = RunState()
     try:
         await _prepare(session, job)
     except KernelError as exc:
-        session.emit(RunStarted(**ids, agent_id=session.agent.agent_id(), regenerate=job.regenerate))
-        session.emit(RunFailed(**ids, error=exc.info()))
+        await session.emit(RunStarted(**ids, agent_id=session.agent.agent_id(), regenerate=job.regenerate))
+        await session.emit(RunFailed(**ids, error=exc.info()))
         return
-    session.emit(RunStarted(**ids, agent_id=session.agent.agent_id(), regenerate=job.regenerate))
+    await session.emit(RunStarted(**ids, agent_id=session.agent.agent_id(), regenerate=job.regenerate))
     error: ErrorInfo | None = None
     stop: StopReason = "end_turn"
     with run.scope:
@@ -115,28 +123,28 @@ async def execute_run(session: Session, run: ActiveRun) -> None:
             state.new_messages.append(Message(role="assistant", content=partial))
     for call in state.open_calls:
         state.new_messages.append(
-            Message(role="tool", tool_call_id=call.id, name=call.name, content="interrupted before the tool finished")
+            Message(role="tool", tool_call_id=call.id, name=call.name, content="interrupted before the tool finished", outcome="interrupted")
         )
     with anyio.CancelScope(shield=True):
         await session.persist(state.new_messages)
-    session.usage = session.usage + state.usage
-    if error is not None:
-        session.emit(RunFailed(**ids, error=error, text=state.text, usage=state.usage))
-        return
-    session.emit(
-        RunFinished(
+        session.usage = session.usage + state.usage
+        if error is not None:
+            await session.emit(RunFailed(**ids, error=error, text=state.text, usage=state.usage))
+            return
+        await session.emit(
+            RunFinished(
             **ids,
-            text=state.text,
-            usage=state.usage,
-            interrupted=interrupted,
-            stop_reason=stop,
-            iterations=state.iterations,
-            tool_calls=state.tool_calls,
-            rejected_tools=tuple(state.rejected),
-            pending_tool_calls=tuple(state.pending_client_calls),
-            context_tokens=state.context_tokens,
+                text=state.text,
+                usage=state.usage,
+                interrupted=interrupted,
+                stop_reason=stop,
+                iterations=state.iterations,
+                tool_calls=state.tool_calls,
+                rejected_tools=tuple(state.rejected),
+                pending_tool_calls=tuple(state.pending_client_calls),
+                context_tokens=state.context_tokens,
+            )
         )
-    )
 
 
 async def _prepare(session: Session, job: RunJob) -> None:
@@ -158,23 +166,24 @@ async def _prepare(session: Session, job: RunJob) -> None:
     await session.persist([user_message(job.parts)])
 
 
-async def _loop(session: Session, run: ActiveRun, state: RunState, ids: dict[str, str | None]) -> StopReason:
+async def _loop(session: Session, run: ActiveRun, state: RunState, ids: Ids) -> StopReason:
     kernel = session.kernel
     agent = session.agent
     options = run.job.options
+    policy = options.approval or ApprovalPolicy()
     provider = kernel.provider_for(agent)
-    tools = ToolRunner(session, run, state, ids) if options.use_tools or options.client_tools else None
+    tools = ToolRunner(session, run, state, ids, policy) if options.use_tools or options.client_tools else None
     max_iterations = options.max_tool_iterations or agent.max_tool_iterations
-    max_turns = session.max_turns if session.max_turns is not None else agent.max_turns
+    max_turns = session.turn_limit
     for iteration in range(max_iterations + 1):
         # A run interrupted before its first model call must not reach the provider at all.
         await anyio.lowlevel.checkpoint_if_cancelled()
         if max_turns > 0 and session.turns >= max_turns:
-            if not await _confirm_turns(session, run, ids, max_turns):
+            if not await _confirm_turns(session, policy, ids, max_turns):
                 return "turn_limit"
         session.turns += 1
         state.iterations = iteration
-        session.emit(TurnStarted(**ids, turn=session.turns, iteration=iteration))
+        await session.emit(TurnStarted(**ids, turn=session.turns, iteration=iteration))
         request = ProviderRequest(
             model=options.model or session.model_override or agent.model or provider.model,
             messages=_window(session, options),
@@ -194,7 +203,7 @@ async def _loop(session: Session, run: ActiveRun, state: RunState, ids: dict[str
         state.open_calls = [call for call in calls if not tools.is_client_tool(call.name)]
         for call in calls:
             if tools.is_client_tool(call.name):
-                tools.announce_client_call(call)
+                await tools.announce_client_call(call)
                 state.pending_client_calls.append(call)
             else:
                 state.new_messages.append(await tools.run(call))
@@ -207,7 +216,7 @@ async def _loop(session: Session, run: ActiveRun, state: RunState, ids: dict[str
     return "tool_iterations"
 
 
-def _window(session: Session, options) -> tuple[Message, ...]:  # type: ignore[no-untyped-def]
+def _window(session: Session, options: PromptOptions) -> tuple[Message, ...]:
     agent = session.agent
     limit = options.max_context_messages or agent.max_context_messages
     window = session.context[-limit:] if limit > 0 else []
@@ -242,32 +251,31 @@ def _model_view(message: Message) -> Message:
     """Files become text with their name; images stay parts (providers send data URLs)."""
     if not message.parts:
         return message
-    parts: list[object] = []
+    parts: list[TextPart | ImagePart] = []
     for part in message.parts:
         if isinstance(part, FilePart):
             body = part.data.decode("utf-8", errors="replace")
             parts.append(TextPart(f"File: {part.name} ({part.content_type})\n```\n{body}\n```"))
         else:
             parts.append(part)
-    if all(isinstance(p, TextPart) for p in parts):
-        return msgspec.structs.replace(message, content="\n\n".join(p.text for p in parts), parts=())  # type: ignore[attr-defined]
-    return msgspec.structs.replace(message, parts=tuple(parts))  # type: ignore[arg-type]
+    texts = [p.text for p in parts if isinstance(p, TextPart)]
+    if len(texts) == len(parts):
+        return msgspec.structs.replace(message, content="\n\n".join(texts), parts=())
+    return msgspec.structs.replace(message, parts=tuple(parts))
 
 
-async def _stream(
-    session: Session, provider: Provider, request: ProviderRequest, state: RunState, ids: dict[str, str | None]
-) -> tuple[list[ToolCall], str | None]:
+async def _stream(session: Session, provider: Provider, request: ProviderRequest, state: RunState, ids: Ids) -> tuple[list[ToolCall], str | None]:
     fragments: dict[int, dict[str, str]] = {}
     finish: str | None = None
-    async with aclosing(provider.stream(request)) as chunks:  # type: ignore[type-var]
+    async with aclosing(provider.stream(request)) as chunks:
         async for chunk in chunks:
             if isinstance(chunk, TextChunk):
                 if chunk.text:
                     state.partial_parts.append(chunk.text)
-                    session.emit(TextDelta(**ids, text=chunk.text))
+                    await session.emit(TextDelta(**ids, text=chunk.text))
             elif isinstance(chunk, ReasoningChunk):
                 if chunk.text:
-                    session.emit(ReasoningDelta(**ids, text=chunk.text))
+                    await session.emit(ReasoningDelta(**ids, text=chunk.text))
             elif isinstance(chunk, ToolCallChunk):
                 slot = fragments.setdefault(chunk.index, {"id": "", "name": "", "arguments": ""})
                 if chunk.id:
@@ -288,25 +296,24 @@ async def _stream(
     return calls, finish
 
 
-async def _confirm_turns(session: Session, run: ActiveRun, ids: dict[str, str | None], max_turns: int) -> bool:
-    question = Question(None)
-    run.question = question
-    session.state = "awaiting_turn_confirmation"
-    session.emit(
-        TurnLimitReached(
-            **ids,
-            current_turns=session.turns,
-            max_turns=max_turns,
-            reason=f"the session reached its limit of {max_turns} model turns",
+async def _confirm_turns(session: Session, policy: ApprovalPolicy, ids: Ids, max_turns: int) -> bool:
+    """Whether the run may go past the turn limit: the policy decides, or the client."""
+    if policy.turn_limit == "ask":
+        await session.emit(
+            TurnLimitReached(
+                **ids,
+                current_turns=session.turns,
+                max_turns=max_turns,
+                reason=f"the session reached its limit of {max_turns} model turns",
+            )
         )
-    )
-    with anyio.move_on_after(session.kernel.settings.session.turn_confirmation_timeout_s):
-        await question.answered.wait()
-    run.question = None
-    session.state = "running"
-    if question.yes:
+        timeout_s = session.kernel.settings.session.turn_confirmation_timeout_s
+        go_on = (await session.machine.ask("turn_limit", None, timeout_s)).yes
+    else:
+        go_on = policy.turn_limit == "continue"
+    if go_on:
         session.turns = 0
-    return question.yes
+    return go_on
 
 
 def _provider_details(exc: ProviderError) -> dict[str, object] | None:

@@ -1,8 +1,9 @@
-"""A session is an actor: one task owns its state and reads a bounded inbox.
+"""A session is an actor: one task owns its context and takes jobs from a bounded inbox.
 
-Prompts, regenerations and context clears queue in the inbox in order. Interrupts
-and answers to approval / turn-limit questions do not queue: they act on the
-active run at once (through its cancel scope or its pending question).
+Runs and history changes queue in the inbox and are done in order, one at a time, so
+nothing changes the context while a run reads it. Interrupts and answers to a run's
+questions do not queue: they act on the active run at once (through its cancel scope,
+or the question :class:`~kernel.state.SessionMachine` holds open).
 """
 
 from __future__ import annotations
@@ -10,71 +11,23 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Literal
+from collections import deque
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .hub import EventHub
-from .model import (
-    ClearContext,
-    ContextCleared,
-    Event,
-    KernelError,
-    Message,
-    PromptOptions,
-    ContentPart,
-    SessionInfo,
-    Usage,
-)
+from .jobs import ActiveRun, HistoryJob, Job, RunJob
+from .model import ContextCleared, Event, FileAccess, KernelError, Message, SessionInfo, Usage
+from .run import execute_run
 from .settings import AgentSettings
+from .state import Answer, QuestionKind, SessionMachine
 
 if TYPE_CHECKING:
     from .kernel import Kernel
 
 log = logging.getLogger("gateway.kernel")
-
-State = Literal["idle", "running", "awaiting_tool_approval", "awaiting_turn_confirmation"]
-
-
-class RunJob(msgspec.Struct, kw_only=True):
-    run_id: str
-    request_id: str | None
-    parts: tuple[ContentPart, ...] = ()
-    options: PromptOptions = PromptOptions()
-    regenerate: bool = False
-    resume: bool = False
-
-
-class ClearJob(msgspec.Struct, kw_only=True):
-    request_id: str | None
-
-
-Job = RunJob | ClearJob
-
-
-class Question:
-    """A pending question to the client (tool approval or turn limit) and its answer."""
-
-    def __init__(self, key: str | None) -> None:
-        self.key = key
-        self.answered = anyio.Event()
-        self.yes = False
-        self.reason: str | None = None
-        self.remember = False
-
-    def answer(self, yes: bool, reason: str | None, remember: bool = False) -> None:
-        self.yes, self.reason, self.remember = yes, reason, remember
-        self.answered.set()
-
-
-class ActiveRun:
-    def __init__(self, job: RunJob) -> None:
-        self.job = job
-        self.scope = anyio.CancelScope()
-        self.interrupted = False
-        self.question: Question | None = None
 
 
 class Session:
@@ -87,146 +40,225 @@ class Session:
         self.agent = agent
         self.label = label
         self.created_at = created_at
+        self.updated_at = created_at
         # An ephemeral session lives in memory only (a throw-away conversation, e.g. one
         # OpenAI-compatible request): nothing of it reaches the store.
         self.ephemeral = ephemeral
         self.context: list[Message] = []
         self.turns = 0
-        self.state: State = "idle"
-        self.model_override: str | None = None
-        # Per-session overrides a transport may set (e.g. Agent-CLI's max_turns, approval timeout).
+        self.usage = Usage()
+        # Per-session overrides (ConfigureSession), None: the agent's or the kernel's value.
         self.max_turns: int | None = None
         self.approval_timeout_s: float | None = None
-        self.tool_policy: dict[str, bool] = {}
-        self.usage = Usage()
+        self.model_override: str | None = None
+        self.files: FileAccess | None = None
+        # Answers the client asked to remember ("always"), by tool name.
+        self.remembered: dict[str, bool] = {}
+        self.machine = SessionMachine()
         self.active: ActiveRun | None = None
-        self.files = None  # a FileAccess override for this session (ACP's editor view)
-        self.hub = EventHub(session_id, retention=cfg.event_retention, buffer_size=cfg.subscriber_buffer, grace_s=cfg.lag_grace_s)
-        send: MemoryObjectSendStream[Job]
-        receive: MemoryObjectReceiveStream[Job]
-        send, receive = anyio.create_memory_object_stream[Job](cfg.inbox_size)
-        self._inbox_send = send
-        self._inbox_receive = receive
-        self._queued = 0
-        self._queued_runs = 0
-        self._interrupt_next = False
+        self.hub = EventHub(
+            session_id,
+            retention=cfg.event_retention,
+            buffer_size=cfg.subscriber_buffer,
+            grace_s=cfg.lag_grace_s,
+            buffer_bytes=cfg.subscriber_buffer_bytes,
+            retention_bytes=cfg.event_retention_bytes,
+        )
+        self._inbox: deque[Job] = deque()
+        self._inbox_size = cfg.inbox_size
+        self._wake = anyio.Event()
         self.closing = False
         self._idle = anyio.Event()
         self._idle.set()
 
     # -------------------------------------------------------------- info
 
+    @property
+    def state(self) -> str:
+        return self.machine.state
+
     def info(self) -> SessionInfo:
+        active = self.active.job if self.active is not None else None
         return SessionInfo(
             session_id=self.id,
             agent_id=self.agent.agent_id(),
             label=self.label,
             created_at=self.created_at,
+            updated_at=self.updated_at,
             message_count=len(self.context),
-            state=self.state,
+            state=self.machine.state,
             last_seq=self.hub.last_seq,
             usage=self.usage,
+            run_id=active.run_id if active is not None else None,
+            request_id=active.request_id if active is not None else None,
+            queued=len(self._inbox),
+            pending_call_id=self.machine.pending_key,
+            subscribers=self.hub.subscriber_count,
+            model=self.model,
+            max_turns=self.turn_limit,
         )
 
     @property
-    def busy(self) -> bool:
-        return self.active is not None or self._queued > 0
+    def model(self) -> str:
+        """The model the next run uses (a request's own ``model`` option aside)."""
+        return self.model_override or self.agent.model or self.kernel.agent_info(self.agent).model
 
-    def emit(self, event: Event) -> Event:
-        return self.hub.publish(event)
+    @property
+    def turn_limit(self) -> int:
+        return self.max_turns if self.max_turns is not None else self.agent.max_turns
+
+    @property
+    def busy(self) -> bool:
+        return self.active is not None or bool(self._inbox)
+
+    async def emit(self, event: Event) -> Event:
+        """Publish an event; while a subscriber is behind, wait for it (within its grace)."""
+        stamped = self.hub.publish(event)
+        if self.hub.backlogged:
+            await self.hub.room()
+        return stamped
 
     # -------------------------------------------------------------- inbox
 
     def enqueue(self, job: Job) -> bool:
         """Queue a job; returns whether it waits behind another. Full inbox = ``busy``."""
+        if self.machine.state == "closed":
+            raise KernelError("not_found", f"session {self.id} is closed")
+        if len(self._inbox) >= self._inbox_size:
+            raise KernelError("busy", f"session {self.id} has too many queued requests")
         queued = self.busy
-        try:
-            self._inbox_send.send_nowait(job)
-        except anyio.WouldBlock:
-            raise KernelError("busy", f"session {self.id} has too many queued requests") from None
-        self._queued += 1
-        if isinstance(job, RunJob):
-            self._queued_runs += 1
-        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        self._inbox.append(job)
+        self._wake.set()
+        if self._idle.is_set():
+            self._idle = anyio.Event()
         return queued
 
-    def new_run(self, request_id: str | None, **kw: object) -> RunJob:
-        return RunJob(run_id=uuid.uuid4().hex[:16], request_id=request_id, **kw)  # type: ignore[arg-type]
+    def new_run(self, request_id: str | None, **options: Any) -> RunJob:
+        return RunJob(uuid.uuid4().hex[:16], request_id, **options)
+
+    async def change_history(self, job: HistoryJob) -> bool:
+        """Queue a history change; True once it is applied, False when it waits behind a run."""
+        if not self.enqueue(job):
+            await job.done.wait()
+            if job.error is not None:
+                raise job.error
+            return True
+        return False
 
     async def actor(self) -> None:
         """The session's one task: take jobs in order, one at a time."""
-        from .run import execute_run
+        while True:
+            while not self._inbox:
+                if self.machine.state == "closed":
+                    return
+                self._idle.set()
+                self._wake = anyio.Event()
+                await self._wake.wait()
+            job = self._inbox[0]
+            try:
+                if isinstance(job, HistoryJob):
+                    await self._apply(job)
+                else:
+                    await self._run(job)
+            except Exception:
+                log.exception("session %s: job failed", self.id)
+            finally:
+                if self._inbox and self._inbox[0] is job:
+                    self._inbox.popleft()
 
-        async with self._inbox_receive:
-            async for job in self._inbox_receive:
-                self._queued -= 1
-                try:
-                    if isinstance(job, ClearJob):
-                        await self.clear_context(job.request_id)
-                    else:
-                        self._queued_runs -= 1
-                        self.active = ActiveRun(job)
-                        if self._interrupt_next or self.closing:
-                            # Accepted before the interrupt arrived: it still ends, once, as interrupted.
-                            self._interrupt_next = False
-                            self.active.interrupted = True
-                            self.active.scope.cancel()
-                        self.state = "running"
-                        await execute_run(self, self.active)
-                except Exception:
-                    log.exception("session %s: job failed", self.id)
-                finally:
-                    self.active = None
-                    self.state = "idle"
-                    if self._queued == 0:
-                        self._idle.set()
+    async def _run(self, job: RunJob) -> None:
+        run = self.active = ActiveRun(job)
+        self._inbox.popleft()
+        if job.interrupted or self.closing:
+            # Accepted before the interrupt arrived: it still ends, once, as interrupted.
+            run.interrupt()
+        self.machine.move("start_run")
+        try:
+            await execute_run(self, run)
+        finally:
+            self.active = None
+            if self.machine.state != "closed":
+                self.machine.move("end_run")
+
+    async def _apply(self, job: HistoryJob) -> None:
+        try:
+            if job.change == "append":
+                await self.persist(list(job.messages))
+            else:
+                if job.change != "replace":
+                    self.turns = 0
+                await self.replace_history(list(job.messages))
+                if job.change == "clear_context":
+                    await self.emit(ContextCleared(session_id=self.id, request_id=job.request_id))
+        except KernelError as exc:
+            job.error = exc
+        finally:
+            job.done.set()
 
     async def wait_idle(self) -> None:
         await self._idle.wait()
 
     def close(self) -> None:
-        self._inbox_send.close()
+        """Stop the actor (after its current job) and end every subscription."""
+        if self.machine.state != "closed":
+            self.machine.move("close")
+        for job in self._inbox:
+            if isinstance(job, HistoryJob):
+                job.error = KernelError("not_found", f"session {self.id} was closed")
+                job.done.set()
+        self._inbox.clear()
+        self._wake.set()
+        self._idle.set()
         self.hub.close()
 
     # -------------------------------------------------------------- acting at once
 
-    def interrupt(self, *, closing: bool = False, run_id: str | None = None) -> bool:
-        """Stop the active run (or the accepted one about to start); False when none.
+    def interrupt(self, *, closing: bool = False, run_id: str | None = None, request_id: str | None = None) -> bool:
+        """Stop a run; False when there is none to stop.
 
-        Queued prompts behind the active run are kept, unless the session is
-        closing (shutdown), when every accepted run ends as interrupted.
+        With neither id: the active run, or else the next queued one (accepted but not
+        started: it ends as interrupted without a model call). With ``run_id`` or
+        ``request_id``: that run only, active or queued (an error if there is none).
+        ``closing`` (shutdown, the client left) ends every accepted run.
         """
         self.closing = self.closing or closing
-        run = self.active
-        if run_id is not None and (run is None or run.job.run_id != run_id):
-            raise KernelError("invalid_request", f"run {run_id} is not running")
-        if run is None:
-            if self._queued_runs == 0:
-                return False
-            self._interrupt_next = True
+        queued = [job for job in self._inbox if isinstance(job, RunJob) and not job.interrupted]
+        if closing:
+            for job in queued:
+                job.interrupted = True
+            if self.active is not None:
+                self.active.interrupt()
+            return bool(queued) or self.active is not None
+        if run_id is not None or request_id is not None:
+            def wanted(job: RunJob) -> bool:
+                return (run_id is None or job.run_id == run_id) and (request_id is None or job.request_id == request_id)
+
+            if self.active is not None and wanted(self.active.job):
+                self.active.interrupt()
+                return True
+            match = next((job for job in queued if wanted(job)), None)
+            if match is None:
+                which = f"run {run_id}" if run_id is not None else f"the run of request {request_id}"
+                raise KernelError("invalid_request", f"{which} is not running")
+            match.interrupted = True
             return True
-        run.interrupted = True
-        run.scope.cancel()
-        return True
+        if self.active is not None:
+            self.active.interrupt()
+            return True
+        if queued:
+            queued[0].interrupted = True
+            return True
+        return False
 
-    def resolve(self, kind: State, key: str | None, yes: bool, reason: str | None, remember: bool = False) -> None:
-        run = self.active
-        question = run.question if run is not None else None
-        if run is None or question is None or self.state != kind:
-            what = "tool approval" if kind == "awaiting_tool_approval" else "turn confirmation"
-            raise KernelError("invalid_request", f"no pending {what} in session {self.id}")
-        if key is not None and question.key is not None and key != question.key:
-            raise KernelError("not_found", f"no pending tool call {key!r} (pending: {question.key!r})")
-        question.answer(yes, reason, remember)
+    def answer(self, kind: QuestionKind, key: str | None, answer: Answer) -> None:
+        self.machine.answer(kind, key, answer, self.id)
 
-    async def clear_context(self, request_id: str | None) -> None:
-        self.turns = 0
-        await self.replace_history([])
-        self.emit(ContextCleared(session_id=self.id, request_id=request_id))
+    # -------------------------------------------------------------- the context (actor only)
 
     async def replace_history(self, messages: list[Message]) -> None:
         """Set the context (and the stored history) to ``messages``."""
         self.context[:] = messages
+        self.updated_at = time.time()
         if not self.ephemeral:
             await self.kernel.store.replace_messages(self.id, self.context)
 
@@ -234,8 +266,10 @@ class Session:
         """Append to the context and the store before anything is acknowledged."""
         if not messages:
             return
-        stamped = [m if m.created_at else msgspec.structs.replace(m, created_at=time.time()) for m in messages]
+        now = time.time()
+        stamped = [m if m.created_at else msgspec.structs.replace(m, created_at=now) for m in messages]
         self.context.extend(stamped)
+        self.updated_at = now
         cap = self.kernel.settings.session.history_cap
         if len(self.context) > cap:
             del self.context[: len(self.context) - cap]
@@ -246,7 +280,3 @@ class Session:
         if self.ephemeral:
             return self.context[-limit:]
         return await self.kernel.store.load_messages(self.id, limit)
-
-
-def clear_job(command: ClearContext) -> ClearJob:
-    return ClearJob(request_id=command.request_id)

@@ -71,8 +71,10 @@ class AgentSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class SessionSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     inbox_size: int = 16
     subscriber_buffer: int = 512
+    subscriber_buffer_bytes: int = 1_048_576
     lag_grace_s: float = 5.0
     event_retention: int = 4096
+    event_retention_bytes: int = 1_048_576
     approval_timeout_s: float = 300.0
     turn_confirmation_timeout_s: float = 600.0
     history_cap: int = 500
@@ -158,7 +160,7 @@ def validate(data: dict[str, Any]) -> Settings:
         problems.append("at least one agent is required")
     if len(set(names)) != len(names):
         problems.append("agent names must be unique")
-    for field in ("inbox_size", "subscriber_buffer", "event_retention", "history_cap"):
+    for field in ("inbox_size", "subscriber_buffer", "subscriber_buffer_bytes", "event_retention", "event_retention_bytes", "history_cap"):
         if getattr(settings.session, field) < 1:
             problems.append(f"session.{field} must be >= 1")
     if problems:

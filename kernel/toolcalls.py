@@ -1,44 +1,87 @@
-"""Running the model's tool calls: limits, approval, execution, results.
+"""Running the model's tool calls: limits, approval, execution, outcomes.
 
-Each call gets a ``tool_call`` event first. Then, in order: an unknown tool or a
-call over its per-run limit is rejected back to the model; a call that needs
-approval waits for the client (a timeout counts as a rejection); the tool runs
-under a timeout. The model always gets a tool message back, so the conversation
-stays well-formed whatever happens.
+Each call gets a ``tool_call`` event first, saying whether a question follows. Then, in
+order: an unknown tool or a call over its per-run limit is refused; a call that needs
+approval is decided by what the client asked to remember, then by the run's
+:class:`~kernel.model.ApprovalPolicy` (which may ask the client, and a question not
+answered in time is a refusal); the tool runs under a timeout. The model always gets a
+tool message back, so the conversation stays well-formed whatever happens; how the call
+ended travels as data (:data:`~kernel.model.ToolOutcome`) on the event and the message.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import msgspec
 
-from .model import KernelError, Message, ToolApprovalRequested, ToolCall, ToolCallStarted, ToolResult
+from .jobs import ActiveRun
+from .model import (
+    REFUSED_OUTCOMES,
+    ApprovalPolicy,
+    KernelError,
+    Message,
+    ToolApprovalRequested,
+    ToolCall,
+    ToolCallStarted,
+    ToolOutcome,
+    ToolResult,
+)
 from .provider import ToolSpec
-from .tools import Tool, ToolFailure, ToolLimiter
+from .tools import Tool, ToolContext, ToolFailure, ToolLimiter
 
 if TYPE_CHECKING:
     from .run import RunState
-    from .session import ActiveRun, Session
+    from .session import Session
 
 log = logging.getLogger("gateway.kernel")
 
 _decode_args = msgspec.json.Decoder(dict[str, Any]).decode
 
+Decision = Literal["run", "ask", "reject"]
+
+
+class ToolExecution(msgspec.Struct, frozen=True, kw_only=True):
+    """What running (or refusing) a tool produced: the model's text, and how it ended."""
+
+    result: str
+    outcome: ToolOutcome = "ok"
+    error: str | None = None  # the bare reason of a failure or refusal
+
+    @classmethod
+    def failed(cls, outcome: ToolOutcome, error: str, prefix: str = "tool error: ") -> ToolExecution:
+        return cls(result=prefix + error, outcome=outcome, error=error)
+
+
+def decide(tool: Tool, *, remembered: bool | None, ask_before: bool, policy: ApprovalPolicy) -> Decision:
+    """Whether a call runs, waits for the client, or is refused — decided once, here.
+
+    ``ask_before``: the request (or else the agent) asks before every tool call.
+    """
+    if remembered is not None:
+        return "run" if remembered else "reject"
+    if not (ask_before or tool.requires_approval):
+        return "run"
+    verdict = policy.decides(tool.name, tool.category)
+    return "run" if verdict == "approve" else verdict
+
 
 class ToolRunner:
-    def __init__(self, session: Session, run: ActiveRun, state: RunState, ids: dict[str, str | None]) -> None:
+    def __init__(self, session: Session, run: ActiveRun, state: RunState, ids: dict[str, str | None], policy: ApprovalPolicy) -> None:
         self.session = session
         self.active = run
         self.state = state
         self.ids = ids
+        self.policy = policy
         options = run.job.options
         self.tools = session.kernel.tools_for(session.agent) if options.use_tools else {}
         # The client's own tools shadow the agent's tools of the same name.
         self.client_tools = {t.name: t for t in options.client_tools}
         self.limiter = ToolLimiter(session.kernel.settings.tools.limits)
+        ask = options.ask_before_tool_execution
+        self.ask_before = session.agent.ask_before_tool_execution if ask is None else ask
 
     def specs(self) -> tuple[ToolSpec, ...]:
         agent = [tool.spec() for name, tool in self.tools.items() if name not in self.client_tools]
@@ -48,18 +91,21 @@ class ToolRunner:
     def is_client_tool(self, name: str) -> bool:
         return name in self.client_tools
 
-    def announce_client_call(self, call: ToolCall) -> None:
+    async def announce_client_call(self, call: ToolCall) -> None:
         """A call the client will run: announced like any call, never executed here."""
         self.state.tool_calls += 1
         tool = self.client_tools[call.name]
-        self.session.emit(
+        await self.session.emit(
             ToolCallStarted(**self.ids, call_id=call.id, name=call.name, arguments=call.arguments, description=tool.description, category="client")
         )
 
     async def run(self, call: ToolCall) -> Message:
         tool = self.tools.get(call.name)
         self.state.tool_calls += 1
-        self.session.emit(
+        decision: Decision = "reject" if tool is None else decide(
+            tool, remembered=self.session.remembered.get(tool.name), ask_before=self.ask_before, policy=self.policy
+        )
+        await self.session.emit(
             ToolCallStarted(
                 **self.ids,
                 call_id=call.id,
@@ -68,56 +114,58 @@ class ToolRunner:
                 description=tool.description if tool else "",
                 category=tool.category if tool else "general",
                 access=tool.access if tool else "query",
+                needs_approval=decision == "ask",
             )
         )
-        result, is_error, rejected = await self._decide_and_execute(tool, call)
+        done = await self._execute(tool, call, decision)
         limit = self.session.kernel.settings.tools.result_max_chars
+        result = done.result
         if len(result) > limit:
             result = result[:limit] + f"\n[truncated: {len(result) - limit} more characters]"
-        if rejected:
+        if done.outcome in REFUSED_OUTCOMES:
             self.state.rejected.append((call.name, result))
-        self.session.emit(
-            ToolResult(**self.ids, call_id=call.id, name=call.name, result=result, is_error=is_error, rejected=rejected)
+        await self.session.emit(
+            ToolResult(
+                **self.ids,
+                call_id=call.id,
+                name=call.name,
+                result=result,
+                outcome=done.outcome,
+                error=done.error,
+                is_error=done.outcome != "ok",
+                rejected=done.outcome in REFUSED_OUTCOMES,
+            )
         )
-        return Message(role="tool", tool_call_id=call.id, name=call.name, content=result)
+        return Message(role="tool", tool_call_id=call.id, name=call.name, content=result, outcome=done.outcome)
 
-    async def _decide_and_execute(self, tool: Tool | None, call: ToolCall) -> tuple[str, bool, bool]:
+    async def _execute(self, tool: Tool | None, call: ToolCall, decision: Decision) -> ToolExecution:
+        refused = "tool call rejected: "
         if tool is None:
-            return f"tool call rejected: unknown tool {call.name!r}", True, True
+            return ToolExecution.failed("rejected", f"unknown tool {call.name!r}", refused)
         reason = self.limiter.admit(tool)
         if reason is not None:
-            return f"tool call rejected: {reason}", True, True
+            return ToolExecution.failed("limit_reached", reason, refused)
         try:
             arguments = _decode_args(call.arguments or "{}")
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            return f"invalid arguments for {call.name}: expected a JSON object ({exc})", True, False
-        if self._needs_approval(tool):
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+            error = f"expected a JSON object ({exc})"
+            return ToolExecution(result=f"invalid arguments for {call.name}: {error}", outcome="invalid_arguments", error=error)
+        if decision == "ask":
             approved, why = await self._ask(tool, call)
-            if not approved:
-                return f"tool call rejected: the user declined to run {call.name}" + (f" ({why})" if why else ""), True, True
+        else:  # a remembered "no" gives no reason; the policy's "no" gives its own
+            approved = decision == "run"
+            why = None if self.session.remembered.get(tool.name) is False else self.policy.reason
+        if not approved:
+            error = f"the user declined to run {call.name}" + (f" ({why})" if why else "")
+            return ToolExecution.failed("rejected", error, refused)
         return await self.session.kernel.invoke_tool(tool, arguments, self.session)
 
-    def _needs_approval(self, tool: Tool) -> bool:
-        if tool.name in self.session.tool_policy:
-            return True  # _ask answers from the remembered decision (allow or reject) without asking
-        ask = self.active.job.options.ask_before_tool_execution
-        if ask is None:
-            ask = self.session.agent.ask_before_tool_execution
-        return ask or tool.requires_approval
-
     async def _ask(self, tool: Tool, call: ToolCall) -> tuple[bool, str | None]:
-        from .session import Question
-
-        remembered = self.session.tool_policy.get(tool.name)
-        if remembered is not None:
-            return remembered, None
-        timeout = self.session.approval_timeout_s
+        session = self.session
+        timeout = session.approval_timeout_s
         if timeout is None:
-            timeout = self.session.kernel.settings.session.approval_timeout_s
-        question = Question(call.id)
-        self.active.question = question
-        self.session.state = "awaiting_tool_approval"
-        self.session.emit(
+            timeout = session.kernel.settings.session.approval_timeout_s
+        await session.emit(
             ToolApprovalRequested(
                 **self.ids,
                 call_id=call.id,
@@ -127,29 +175,25 @@ class ToolRunner:
                 timeout_s=timeout,
             )
         )
-        with anyio.move_on_after(timeout):
-            await question.answered.wait()
-        self.active.question = None
-        self.session.state = "running"
-        if not question.answered.is_set():
+        answer = await session.machine.ask("tool_approval", call.id, timeout)
+        if answer.timed_out:
             return False, "approval timed out"
-        if question.remember:
-            self.session.tool_policy[tool.name] = question.yes
-        return question.yes, question.reason
+        if answer.remember:
+            session.remembered[tool.name] = answer.yes
+        return answer.yes, answer.reason
 
 
-async def invoke(tool: Tool, arguments: dict[str, Any], context: Any, timeout_s: float) -> tuple[str, bool, bool]:
-    """Run a tool's handler; expected failures become an error result, never an exception."""
+async def invoke(tool: Tool, arguments: dict[str, Any], context: ToolContext, timeout_s: float) -> ToolExecution:
+    """Run a tool's handler; expected failures become an outcome, never an exception."""
     try:
         with anyio.fail_after(timeout_s):
-            return str(await tool.handler(arguments, context)), False, False
+            return ToolExecution(result=str(await tool.handler(arguments, context)))
     except ToolFailure as exc:
-        return f"tool error: {exc}", True, False
+        return ToolExecution.failed("error", str(exc))
     except KernelError as exc:
-        return f"tool error: {exc.message}", True, False
+        return ToolExecution.failed("error", exc.message)
     except TimeoutError:
-        return f"tool error: {tool.name} timed out after {timeout_s:g}s", True, False
+        return ToolExecution.failed("timed_out", f"{tool.name} timed out after {timeout_s:g}s")
     except Exception as exc:
         log.exception("tool %s raised", tool.name)
-        return f"tool error: {type(exc).__name__}: {exc}", True, False
-
+        return ToolExecution.failed("error", f"{type(exc).__name__}: {exc}")

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from .model import ToolInfo
+from .model import FileAccess, ToolInfo
 from .provider import ToolSpec
 
 if TYPE_CHECKING:
@@ -24,15 +24,6 @@ Access = Literal["query", "update"]
 
 class ToolFailure(Exception):
     """Raised by a tool for an expected failure; the model sees the message as the result."""
-
-
-class FileAccess(Protocol):
-    """How file tools reach files. The default is the workspace on disk; the ACP
-    transport swaps in the editor's view (unsaved buffers included)."""
-
-    async def read_text(self, path: str, *, line: int | None = None, limit: int | None = None) -> str: ...
-
-    async def write_text(self, path: str, content: str) -> None: ...
 
 
 class ToolContext(msgspec.Struct, kw_only=True):

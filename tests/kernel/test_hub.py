@@ -119,23 +119,23 @@ async def test_follower_resumes_without_a_gap_and_reports_real_losses() -> None:
         session = await kernel.session("s")
         follower = await Follower.open(kernel, "s")
         for i in range(6):
-            session.emit(started(str(i)))
+            await session.emit(started(str(i)))
         seqs = []
         while len(seqs) < 6:
             seqs += [e.seq for e in await follower.next_batch()]
         assert seqs == [1, 2, 3, 4, 5, 6]  # cut off on the way, resumed: no gap
 
         for i in range(4):
-            session.emit(started(str(i)))
+            await session.emit(started(str(i)))
         session.hub._log.clear()  # the events it missed are gone
         batch = await until_lagged(follower)
         assert isinstance(batch[-1], m.SubscriberLagged) and not follower.closed
-        session.emit(started("after"))
+        await session.emit(started("after"))
         assert [e.seq for e in await follower.next_batch()] == [session.hub.last_seq]  # goes on from now
 
         strict = await Follower.open(kernel, "s", stop_on_loss=True)
         for i in range(4):
-            session.emit(started(str(i)))
+            await session.emit(started(str(i)))
         session.hub._log.clear()
         batch = await until_lagged(strict)
         assert isinstance(batch[-1], m.SubscriberLagged) and strict.closed

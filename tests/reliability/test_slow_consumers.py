@@ -59,11 +59,11 @@ def lag_settings(*, buffer: int = 4, retention: int = 8, grace_s: float = 0.0) -
     return settings
 
 
-def publish_unmergeable(session: Any, count: int, run_id: str = "r") -> None:
+async def publish_unmergeable(session: Any, count: int, run_id: str = "r") -> None:
     """Reasoning and text deltas in turn: nothing merges, so buffers really fill."""
     for _ in range(count):
-        session.emit(m.ReasoningDelta(session_id=session.id, run_id=run_id, request_id="q", text="r"))
-        session.emit(m.TextDelta(session_id=session.id, run_id=run_id, request_id="q", text="t"))
+        await session.emit(m.ReasoningDelta(session_id=session.id, run_id=run_id, request_id="q", text="r"))
+        await session.emit(m.TextDelta(session_id=session.id, run_id=run_id, request_id="q", text="t"))
 
 
 class CountingSubscribe:
@@ -86,13 +86,13 @@ async def test_follower_reports_lost_events_once_and_follows_on() -> None:
         session = await kernel.session("lossy")
         feed = await Follower.open(kernel, "lossy")
         counter = CountingSubscribe(kernel)
-        publish_unmergeable(session, 20)  # 40 events: far past the buffer and the retention
+        await publish_unmergeable(session, 20)  # 40 events: far past the buffer and the retention
         with anyio.fail_after(2):
             batch = await feed.next_batch()
         assert [e.seq for e in batch[:-1]] == [1, 2, 3, 4]  # what was buffered before the cut-off
         lost = batch[-1]
         assert isinstance(lost, m.SubscriberLagged) and lost.last_seq == 4 and "no longer retained" in lost.error.message
-        session.emit(m.TextDelta(session_id="lossy", run_id="r2", request_id="q2", text="after"))
+        await session.emit(m.TextDelta(session_id="lossy", run_id="r2", request_id="q2", text="after"))
         with anyio.fail_after(2):
             after = await feed.next_batch()
         assert [getattr(e, "text", None) for e in after] == ["after"] and after[0].seq == 41
