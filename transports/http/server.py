@@ -2,16 +2,15 @@
 
 Two routers share one server: the native API answers errors in the native shape, the
 OpenAI routes in OpenAI's (the router's error shaper sees no path, so the app picks
-the router by path first). In front of both, three cheap checks that a plain router
-does not make for plain HTTP: a browser ``Origin`` must be one of ``cors_origins``
-(blocks cross-site requests when CORS is off), without a token the ``Host`` must be a
-loopback name (blocks DNS rebinding), and a per-client-IP request rate limit.
+the router by path first). The routers apply the shared security policy; here a browser
+``Origin`` must be one of ``cors_origins`` (empty: CORS off, and every request carrying
+an ``Origin`` is refused), and ``rate_limit_per_minute`` is the per-client-IP request
+limit, one count for both routers.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any, Literal
 
 import anyio
@@ -19,18 +18,7 @@ import msgspec
 from anyio.abc import TaskStatus
 
 from kernel import Kernel
-from transports.shared import (
-    ConfigError,
-    Headers,
-    HttpError,
-    Request,
-    Router,
-    ServerConfig,
-    SlidingWindowLimiter,
-    error_response,
-    origin_allowed,
-    serve_http,
-)
+from transports.shared import ClientLimiter, ConfigError, Router, ServerConfig, serve_http
 
 from .codec import native_error_body
 from .native import NativeApi
@@ -73,75 +61,27 @@ def _is_openai_path(path: str) -> bool:
     return path == "/v1/chat/completions" or path == "/v1/models" or path.startswith("/v1/models/")
 
 
-class ClientLimiter:
-    """A sliding-window request limit per client IP; the least recently seen clients
-    are forgotten beyond ``max_clients`` so memory stays bounded."""
-
-    def __init__(self, limit: int, *, window_s: float = 60.0, max_clients: int = 4096) -> None:
-        self.limit = limit
-        self.window_s = window_s
-        self.max_clients = max_clients
-        self._clients: dict[str, SlidingWindowLimiter] = {}
-
-    def check(self, ip: str) -> float:
-        """0.0 if allowed, else seconds until the client may retry."""
-        if self.limit <= 0:
-            return 0.0
-        limiter = self._clients.pop(ip, None) or SlidingWindowLimiter(self.limit, self.window_s)
-        self._clients[ip] = limiter
-        if len(self._clients) > self.max_clients:
-            del self._clients[next(iter(self._clients))]
-        return limiter.check()
-
-
 class HttpApp:
     """The ASGI application of the http transport."""
 
     def __init__(self, kernel: Kernel, config: HttpConfig) -> None:
         self.config = config
-        # The routers' CORS allow-list is ServerConfig.allowed_origins: give them ours.
+        # The routers' Origin allow-list is ServerConfig.allowed_origins: give them ours.
         router_config = msgspec.structs.replace(config, allowed_origins=list(config.cors_origins))
         cors = bool(config.cors_origins)
-        self.native = Router(router_config, error_body=native_error_body, cors=cors)
-        self.openai = Router(router_config, error_body=openai_error_body, cors=cors)
+        limiter = ClientLimiter(config.rate_limit_per_minute)
+        self.native = Router(router_config, error_body=native_error_body, cors=cors, limiter=limiter)
+        self.openai = Router(router_config, error_body=openai_error_body, cors=cors, limiter=limiter)
         NativeApi(kernel, keepalive_s=config.sse_keepalive_s, run_timeout_s=config.run_timeout_s).register(self.native)
         OpenAIApi(
             kernel, keepalive_s=config.sse_keepalive_s, run_timeout_s=config.run_timeout_s,
             approve_tools=config.openai_tool_approval == "approve",
         ).register(self.openai)
         self.token = self.native.token
-        self.limiter = ClientLimiter(config.rate_limit_per_minute)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.native(scope, receive, send)
-            return
-        router = self.openai if _is_openai_path(scope["path"]) else self.native
-        refusal = self._guard(scope)
-        if refusal is not None:
-            # Read (or drop) the body first, else the kept-alive connection dies unannounced.
-            if not await Request(scope, receive, send, max_body_bytes=self.config.max_body_bytes).finish_body():
-                refusal.headers = {**(refusal.headers or {}), "connection": "close"}
-            await error_response(refusal, router.error_body).send_to(send)
-            return
+        router = self.openai if scope["type"] == "http" and _is_openai_path(scope["path"]) else self.native
         await router(scope, receive, send)
-
-    def _guard(self, scope: dict[str, Any]) -> HttpError | None:
-        headers = Headers(scope.get("headers", ()))
-        origin = headers.get("origin")
-        if origin is not None and not (self.config.cors_origins and origin_allowed(origin, self.config.cors_origins)):
-            return HttpError(403, f"Origin {origin!r} is not allowed (see cors_origins)", code="forbidden")
-        if scope["path"] == "/health" or scope.get("method") == "OPTIONS":
-            return None
-        client = scope.get("client")
-        wait = self.limiter.check(str(client[0]) if client else "unknown")
-        if wait > 0:
-            extra = {"access-control-allow-origin": origin, "vary": "Origin"} if origin else {}
-            return HttpError(
-                429, f"Too many requests: limit is {self.config.rate_limit_per_minute} per minute",
-                code="rate_limited", headers={"retry-after": str(math.ceil(wait)), **extra},
-            )
-        return None
 
 
 class HttpTransport:

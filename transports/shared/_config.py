@@ -60,6 +60,9 @@ class ServerConfig(msgspec.Struct, kw_only=True):
     max_message_bytes: int = 65536
     #: Messages per connection per minute (sliding window); 0 disables the limit.
     rate_limit_per_minute: int = 120
+    #: HTTP requests per client IP per minute, on every route but unauthenticated ones
+    #: (health checks); 0 disables the limit.
+    requests_per_minute_per_ip: int = 600
     #: Concurrent WebSocket connections per client IP; 0 disables the limit.
     max_connections_per_ip: int = 16
     #: WebSocket ping interval (keeps NAT/proxies from dropping idle sockets); 0 disables.

@@ -14,6 +14,8 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
+from .jsonwire import decode_json
+
 __all__ = [
     "ASGIReceive",
     "ASGISend",
@@ -231,7 +233,7 @@ class Request:
         if not raw.strip():
             raise HttpError(400, "Request body is empty; expected JSON", code="invalid_request")
         try:
-            return msgspec.json.decode(raw, type=as_type)
+            return decode_json(raw, as_type)
         except msgspec.ValidationError as exc:
             raise HttpError(400, f"Invalid request body: {exc}", code="invalid_request") from None
         except msgspec.DecodeError as exc:

@@ -3,13 +3,20 @@
 Enough for a handful of REST endpoints, SSE and WebSocket routes per dialect,
 without pulling a web framework into every transport.  Unknown paths get 404,
 known paths with the wrong method 405 (with ``Allow``), both as JSON in the
-transport's error shape.  Auth (when a token is configured) is on for every route
-unless the route opts out (``auth=False``, e.g. a health check).
+transport's error shape.
+
+The security policy is applied here, to every route of every dialect, before any
+handler runs: the ``Host`` check (DNS rebinding, without a token), a browser
+``Origin`` must be in the allow-list (on plain HTTP too: it stops cross-site
+requests), a per-client-IP request rate, the body size limit, and the token (on
+every route unless it opts out with ``auth=False``, e.g. a health check, which is
+also exempt from the rate).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -27,7 +34,7 @@ from ._http import (
     default_error_body,
     error_response,
 )
-from ._security import extract_token, host_allowed, origin_allowed, token_matches
+from ._security import ClientLimiter, extract_token, host_allowed, origin_allowed, token_matches
 from ._websocket import WebSocket
 
 __all__ = ["HttpHandler", "Router", "WebSocketHandler", "compile_path"]
@@ -71,6 +78,8 @@ class Router:
     :func:`resolve_token` (config, then ``$GATEWAY_TOKEN``).  ``error_body`` shapes
     every JSON error this router or its WebSockets produce.  ``cors`` (off by default)
     answers preflights and adds ``Access-Control-Allow-Origin`` for allowed origins.
+    ``limiter`` counts requests per client IP (``config.requests_per_minute_per_ip``
+    by default); routers that serve one port share one.
     """
 
     def __init__(
@@ -80,11 +89,13 @@ class Router:
         error_body: ErrorShaper = default_error_body,
         token: str | None = _UNSET,
         cors: bool = False,
+        limiter: ClientLimiter | None = None,
     ) -> None:
         self.config = config if config is not None else ServerConfig()
         self.token: str | None = resolve_token(self.config) if token is _UNSET else token
         self.error_body = error_body
         self.cors = cors
+        self.limiter = limiter if limiter is not None else ClientLimiter(self.config.requests_per_minute_per_ip)
         self._http: list[_Route] = []
         self._ws: list[_Route] = []
 
@@ -198,8 +209,25 @@ class Router:
                 err = HttpError(500, "Internal server error", code="internal")
                 await error_response(err, self.error_body).send_to(tracking_send)
 
+    def _check_origin_and_rate(self, request: Request, route: _Route | None) -> None:
+        origin = request.headers.get("origin")
+        if origin is not None and not origin_allowed(origin, self.config.allowed_origins):
+            raise HttpError(403, f"Origin {origin!r} is not allowed by this server's Origin allow-list", code="forbidden")
+        if request.method == "OPTIONS" or (route is not None and not route.auth):
+            return
+        wait = self.limiter.check(request.client_host)
+        if wait > 0:
+            raise HttpError(
+                429, f"Too many requests: limit is {self.limiter.limit} per minute",
+                code="rate_limited", headers={"retry-after": str(math.ceil(wait))},
+            )
+
+    def _route_for(self, path: str) -> _Route | None:
+        return next((route for route in self._http if route.regex.match(path)), None)
+
     async def _dispatch_http(self, request: Request, cors: dict[str, str]) -> Response | None:
         method = request.method
+        self._check_origin_and_rate(request, self._route_for(request.path))
         if cors and method == "OPTIONS" and "access-control-request-method" in request.headers:
             return Response(
                 204,

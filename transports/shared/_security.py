@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
-__all__ = ["SlidingWindowLimiter", "extract_token", "origin_allowed", "token_matches"]
+__all__ = ["ClientLimiter", "SlidingWindowLimiter", "extract_token", "origin_allowed", "token_matches"]
 
 
 def host_name(host: str) -> str:
@@ -122,3 +122,24 @@ class SlidingWindowLimiter:
             return max(stamps[0] - horizon, 0.001)
         stamps.append(now)
         return 0.0
+
+
+class ClientLimiter:
+    """A sliding-window request limit per client IP; the least recently seen clients
+    are forgotten beyond ``max_clients`` so memory stays bounded."""
+
+    def __init__(self, limit: int, *, window_s: float = 60.0, max_clients: int = 4096) -> None:
+        self.limit = limit
+        self.window_s = window_s
+        self.max_clients = max_clients
+        self._clients: dict[str, SlidingWindowLimiter] = {}
+
+    def check(self, ip: str) -> float:
+        """0.0 if allowed, else seconds until the client may retry."""
+        if self.limit <= 0:
+            return 0.0
+        limiter = self._clients.pop(ip, None) or SlidingWindowLimiter(self.limit, self.window_s)
+        self._clients[ip] = limiter
+        if len(self._clients) > self.max_clients:
+            del self._clients[next(iter(self._clients))]
+        return limiter.check()

@@ -49,9 +49,6 @@ class ConnectionTracker:
         if self._per_ip[ip] <= 0:
             del self._per_ip[ip]
 
-    def connections_from(self, ip: str) -> int:
-        return self._per_ip[ip]
-
     def register(self, conn: _Closable) -> None:
         self._open.add(conn)
 
