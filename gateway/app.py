@@ -17,8 +17,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from kernel import Kernel, SQLiteStore
-from kernel.settings import Settings
+from kernel import Kernel, Settings, SQLiteStore
 from plugins.manager import BUILTIN_PLUGINS, Registry, load_plugins
 from transports.base import load_config
 

@@ -34,6 +34,7 @@ _EXPORTS: dict[str, str] = {
     "SlashCommand": "commands",
     "Chunk": "provider",
     "FinishChunk": "provider",
+    "FinishReason": "provider",
     "Provider": "provider",
     "ProviderError": "provider",
     "ProviderRequest": "provider",
@@ -79,6 +80,7 @@ if TYPE_CHECKING:
     from .provider import (
         Chunk,
         FinishChunk,
+        FinishReason,
         Provider,
         ProviderError,
         ProviderRequest,

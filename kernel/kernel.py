@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
@@ -415,7 +415,9 @@ class Kernel:
         )
 
     def settings_view(self) -> dict[str, Any]:
-        return mask_secrets(to_data(self.settings))
+        """The effective settings as plain data, every secret masked."""
+        view: dict[str, Any] = mask_secrets(to_data(self.settings))
+        return view
 
     async def _get_settings(self, cmd: m.GetSettings) -> m.Reply:
         return m.SettingsView(request_id=cmd.request_id, settings=self.settings_view())
@@ -460,7 +462,7 @@ class Kernel:
         return m.ToolList(request_id=cmd.request_id, tools=tuple(t.info() for t in self.tools.values()))
 
 
-_HANDLERS: dict[type, Callable[[Kernel, Any], Any]] = {
+_HANDLERS: dict[type, Callable[[Kernel, Any], Awaitable[m.Reply]]] = {
     m.Prompt: Kernel._prompt,
     m.Regenerate: Kernel._regenerate,
     m.Interrupt: Kernel._interrupt,

@@ -9,7 +9,7 @@ wire as they are.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, Union, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -74,7 +74,7 @@ class FilePart(msgspec.Struct, frozen=True, tag="file", tag_field="type"):
     content_type: str = "text/plain"
 
 
-ContentPart = Union[TextPart, ImagePart, FilePart]
+ContentPart = TextPart | ImagePart | FilePart
 
 
 def parts_text(parts: list[ContentPart] | tuple[ContentPart, ...]) -> str:
@@ -210,7 +210,7 @@ class _Command(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit
     request_id: str | None = None
 
 
-class Prompt(_Command, tag="prompt"):
+class Prompt(_Command, frozen=True, tag="prompt"):
     parts: tuple[ContentPart, ...] = ()
     text: str | None = None
     agent_id: str | None = None
@@ -222,7 +222,7 @@ class Prompt(_Command, tag="prompt"):
         return self.parts
 
 
-class Interrupt(_Command, tag="interrupt"):
+class Interrupt(_Command, frozen=True, tag="interrupt"):
     """Stop the active run; or only the run with ``run_id``, or the run the client started
     with ``target_request_id`` (active or still queued: a queued one ends as interrupted
     without reaching the model). An error says when there is nothing to interrupt."""
@@ -231,22 +231,22 @@ class Interrupt(_Command, tag="interrupt"):
     target_request_id: str | None = None
 
 
-class Regenerate(_Command, tag="regenerate"):
+class Regenerate(_Command, frozen=True, tag="regenerate"):
     options: PromptOptions = PromptOptions()
 
 
-class Continue(_Command, tag="continue"):
+class Continue(_Command, frozen=True, tag="continue"):
     """Run the model on the context as it is, with no new user message
     (e.g. after the client saved the results of its own tool calls)."""
 
     options: PromptOptions = PromptOptions()
 
 
-class ClearContext(_Command, tag="clear_context"):
+class ClearContext(_Command, frozen=True, tag="clear_context"):
     pass
 
 
-class ResolveToolApproval(_Command, tag="resolve_tool_approval"):
+class ResolveToolApproval(_Command, frozen=True, tag="resolve_tool_approval"):
     call_id: str | None = None
     approved: bool = False
     reason: str | None = None
@@ -254,42 +254,42 @@ class ResolveToolApproval(_Command, tag="resolve_tool_approval"):
     remember: bool = False
 
 
-class ResolveTurnLimit(_Command, tag="resolve_turn_limit"):
+class ResolveTurnLimit(_Command, frozen=True, tag="resolve_turn_limit"):
     confirmed: bool = False
     reason: str | None = None
 
 
-class RunCommand(_Command, tag="run_command"):
+class RunCommand(_Command, frozen=True, tag="run_command"):
     """A slash command by name, e.g. ``help`` or ``model gpt-4o``."""
 
     name: str
     args: str = ""
 
 
-class ExecuteTool(_Command, tag="execute_tool"):
+class ExecuteTool(_Command, frozen=True, tag="execute_tool"):
     """A direct tool call by a client: not subject to per-run limits or approval."""
 
     name: str
     arguments: dict[str, Any] = {}
 
 
-class ListAgents(_Command, tag="list_agents"):
+class ListAgents(_Command, frozen=True, tag="list_agents"):
     pass
 
 
-class ListCommands(_Command, tag="list_commands"):
+class ListCommands(_Command, frozen=True, tag="list_commands"):
     pass
 
 
-class ListTools(_Command, tag="list_tools"):
+class ListTools(_Command, frozen=True, tag="list_tools"):
     pass
 
 
-class ListSessions(_Command, tag="list_sessions"):
+class ListSessions(_Command, frozen=True, tag="list_sessions"):
     agent_id: str | None = None
 
 
-class OpenSession(_Command, tag="open_session"):
+class OpenSession(_Command, frozen=True, tag="open_session"):
     """Create the session (or find it when it exists) for an agent.
 
     ``ephemeral``: a new session that lives in memory only, never stored or listed (a
@@ -301,7 +301,7 @@ class OpenSession(_Command, tag="open_session"):
     ephemeral: bool = False
 
 
-class GetSession(_Command, tag="get_session"):
+class GetSession(_Command, frozen=True, tag="get_session"):
     """A session's info (loaded from the store when it is not live); ``not_found`` if unknown."""
 
 
@@ -315,20 +315,20 @@ class FileAccess(Protocol):
     async def write_text(self, path: str, content: str) -> None: ...
 
 
-class ConfigureSession(_Command, tag="configure_session"):
+class ConfigureSession(_Command, frozen=True, tag="configure_session"):
     """Per-session overrides; a field left out is not changed, ``null`` resets it.
 
     ``files`` is for in-process transports only (an object, never on a wire): where
     the session's file tools read and write (ACP: the editor's buffers).
     """
 
-    max_turns: int | None | UnsetType = UNSET
-    approval_timeout_s: float | None | UnsetType = UNSET
-    model: str | None | UnsetType = UNSET
-    files: FileAccess | None | UnsetType = UNSET
+    max_turns: int | UnsetType | None = UNSET
+    approval_timeout_s: float | UnsetType | None = UNSET
+    model: str | UnsetType | None = UNSET
+    files: FileAccess | UnsetType | None = UNSET
 
 
-class CloseSession(_Command, tag="close_session"):
+class CloseSession(_Command, frozen=True, tag="close_session"):
     """Take a live session out of memory (its client left): its runs, queued ones too,
     end as interrupted; the stored history stays. ``if_unwatched``: only when no other
     subscriber follows it (another client, another transport)."""
@@ -336,64 +336,64 @@ class CloseSession(_Command, tag="close_session"):
     if_unwatched: bool = False
 
 
-class DeleteSession(_Command, tag="delete_session"):
+class DeleteSession(_Command, frozen=True, tag="delete_session"):
     pass
 
 
-class GetStatus(_Command, tag="get_status"):
+class GetStatus(_Command, frozen=True, tag="get_status"):
     pass
 
 
-class GetSettings(_Command, tag="get_settings"):
+class GetSettings(_Command, frozen=True, tag="get_settings"):
     pass
 
 
-class UpdateSettings(_Command, tag="update_settings"):
+class UpdateSettings(_Command, frozen=True, tag="update_settings"):
     """A partial update: nested tables merge into the current settings, then validate."""
 
     changes: dict[str, Any] = {}
 
 
-class GetHistory(_Command, tag="get_history"):
+class GetHistory(_Command, frozen=True, tag="get_history"):
     limit: int | None = None
 
 
-class SaveHistory(_Command, tag="save_history"):
+class SaveHistory(_Command, frozen=True, tag="save_history"):
     """Append messages to the history; an empty list clears it."""
 
     messages: tuple[Message, ...] = ()
 
 
-class ClearHistory(_Command, tag="clear_history"):
+class ClearHistory(_Command, frozen=True, tag="clear_history"):
     pass
 
 
-Command = Union[
-    Prompt,
-    Interrupt,
-    Regenerate,
-    Continue,
-    ClearContext,
-    ResolveToolApproval,
-    ResolveTurnLimit,
-    RunCommand,
-    ExecuteTool,
-    ListAgents,
-    ListCommands,
-    ListTools,
-    ListSessions,
-    OpenSession,
-    DeleteSession,
-    GetStatus,
-    GetSettings,
-    UpdateSettings,
-    GetHistory,
-    SaveHistory,
-    ClearHistory,
-    GetSession,
-    ConfigureSession,
-    CloseSession,
-]
+Command = (
+    Prompt
+    | Interrupt
+    | Regenerate
+    | Continue
+    | ClearContext
+    | ResolveToolApproval
+    | ResolveTurnLimit
+    | RunCommand
+    | ExecuteTool
+    | ListAgents
+    | ListCommands
+    | ListTools
+    | ListSessions
+    | OpenSession
+    | DeleteSession
+    | GetStatus
+    | GetSettings
+    | UpdateSettings
+    | GetHistory
+    | SaveHistory
+    | ClearHistory
+    | GetSession
+    | ConfigureSession
+    | CloseSession
+)
 
 # ---------------------------------------------------------------- events
 
@@ -412,20 +412,20 @@ class RunEvent(_Event, frozen=True, kw_only=True):
     request_id: str | None = None
 
 
-class RunStarted(RunEvent, tag="run_started"):
+class RunStarted(RunEvent, frozen=True, tag="run_started"):
     agent_id: str = ""
     regenerate: bool = False
 
 
-class TextDelta(RunEvent, tag="text_delta"):
+class TextDelta(RunEvent, frozen=True, tag="text_delta"):
     text: str
 
 
-class ReasoningDelta(RunEvent, tag="reasoning_delta"):
+class ReasoningDelta(RunEvent, frozen=True, tag="reasoning_delta"):
     text: str
 
 
-class ToolCallStarted(RunEvent, tag="tool_call"):
+class ToolCallStarted(RunEvent, frozen=True, tag="tool_call"):
     """The model asked for a tool; sent before approval or execution."""
 
     call_id: str
@@ -438,7 +438,7 @@ class ToolCallStarted(RunEvent, tag="tool_call"):
     needs_approval: bool = False
 
 
-class ToolApprovalRequested(RunEvent, tag="tool_approval_requested"):
+class ToolApprovalRequested(RunEvent, frozen=True, tag="tool_approval_requested"):
     call_id: str
     name: str
     arguments: str
@@ -446,7 +446,7 @@ class ToolApprovalRequested(RunEvent, tag="tool_approval_requested"):
     timeout_s: float | None = None
 
 
-class ToolResult(RunEvent, tag="tool_result"):
+class ToolResult(RunEvent, frozen=True, tag="tool_result"):
     """``result`` is what the model sees; ``outcome`` says how the call ended and
     ``error`` why it failed (the bare reason, for clients that show it apart)."""
 
@@ -459,20 +459,20 @@ class ToolResult(RunEvent, tag="tool_result"):
     rejected: bool = False
 
 
-class TurnLimitReached(RunEvent, tag="turn_limit_reached"):
+class TurnLimitReached(RunEvent, frozen=True, tag="turn_limit_reached"):
     current_turns: int
     max_turns: int
     reason: str = ""
 
 
-class TurnStarted(RunEvent, tag="turn_started"):
+class TurnStarted(RunEvent, frozen=True, tag="turn_started"):
     """One model call begins (turn = model call, as Agent-CLI counts them)."""
 
     turn: int
     iteration: int = 0
 
 
-class RunFinished(RunEvent, tag="run_finished"):
+class RunFinished(RunEvent, frozen=True, tag="run_finished"):
     text: str
     usage: Usage = Usage()
     interrupted: bool = False
@@ -487,17 +487,17 @@ class RunFinished(RunEvent, tag="run_finished"):
     context_tokens: int = 0
 
 
-class RunFailed(RunEvent, tag="run_failed"):
+class RunFailed(RunEvent, frozen=True, tag="run_failed"):
     error: ErrorInfo
     text: str = ""
     usage: Usage = Usage()
 
 
-class ContextCleared(_Event, tag="context_cleared"):
+class ContextCleared(_Event, frozen=True, tag="context_cleared"):
     request_id: str | None = None
 
 
-class SubscriberLagged(_Event, tag="subscriber_lagged"):
+class SubscriberLagged(_Event, frozen=True, tag="subscriber_lagged"):
     """Sent as the last event to a subscriber that fell too far behind.
 
     It can subscribe again with ``after_seq=last_seq`` to resume while the
@@ -508,20 +508,20 @@ class SubscriberLagged(_Event, tag="subscriber_lagged"):
     error: ErrorInfo
 
 
-Event = Union[
-    RunStarted,
-    TextDelta,
-    ReasoningDelta,
-    ToolCallStarted,
-    ToolApprovalRequested,
-    ToolResult,
-    TurnLimitReached,
-    TurnStarted,
-    RunFinished,
-    RunFailed,
-    ContextCleared,
-    SubscriberLagged,
-]
+Event = (
+    RunStarted
+    | TextDelta
+    | ReasoningDelta
+    | ToolCallStarted
+    | ToolApprovalRequested
+    | ToolResult
+    | TurnLimitReached
+    | TurnStarted
+    | RunFinished
+    | RunFailed
+    | ContextCleared
+    | SubscriberLagged
+)
 
 RUN_END_EVENTS = (RunFinished, RunFailed)
 
@@ -580,7 +580,7 @@ class _Reply(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_d
     request_id: str | None = None
 
 
-class Accepted(_Reply, tag="accepted"):
+class Accepted(_Reply, frozen=True, tag="accepted"):
     """A command that starts or steers a run was taken; its outcome comes as events."""
 
     session_id: str
@@ -588,42 +588,42 @@ class Accepted(_Reply, tag="accepted"):
     queued: bool = False
 
 
-class Done(_Reply, tag="ok"):
+class Done(_Reply, frozen=True, tag="ok"):
     message: str = ""
 
 
-class AgentList(_Reply, tag="agents"):
+class AgentList(_Reply, frozen=True, tag="agents"):
     agents: tuple[AgentInfo, ...]
 
 
-class CommandList(_Reply, tag="commands"):
+class CommandList(_Reply, frozen=True, tag="commands"):
     commands: tuple[CommandInfo, ...]
 
 
-class ToolList(_Reply, tag="tools"):
+class ToolList(_Reply, frozen=True, tag="tools"):
     tools: tuple[ToolInfo, ...]
 
 
-class SessionList(_Reply, tag="sessions"):
+class SessionList(_Reply, frozen=True, tag="sessions"):
     sessions: tuple[SessionInfo, ...]
 
 
-class SessionOpened(_Reply, tag="session"):
+class SessionOpened(_Reply, frozen=True, tag="session"):
     session: SessionInfo
 
 
-class CommandOutput(_Reply, tag="command_output"):
+class CommandOutput(_Reply, frozen=True, tag="command_output"):
     name: str
     output: str
 
 
-class ToolOutput(_Reply, tag="tool_output"):
+class ToolOutput(_Reply, frozen=True, tag="tool_output"):
     name: str
     result: str
     is_error: bool = False
 
 
-class StatusReport(_Reply, tag="status"):
+class StatusReport(_Reply, frozen=True, tag="status"):
     version: str
     uptime_s: float
     provider: str
@@ -633,33 +633,33 @@ class StatusReport(_Reply, tag="status"):
     agents: int
 
 
-class SettingsView(_Reply, tag="settings"):
+class SettingsView(_Reply, frozen=True, tag="settings"):
     """Settings as plain data with every secret masked."""
 
     settings: dict[str, Any]
 
 
-class HistoryView(_Reply, tag="history"):
+class HistoryView(_Reply, frozen=True, tag="history"):
     session_id: str
     messages: tuple[Message, ...]
 
 
-class ErrorReply(_Reply, tag="error"):
+class ErrorReply(_Reply, frozen=True, tag="error"):
     error: ErrorInfo
 
 
-Reply = Union[
-    Accepted,
-    Done,
-    AgentList,
-    CommandList,
-    ToolList,
-    SessionList,
-    SessionOpened,
-    CommandOutput,
-    ToolOutput,
-    StatusReport,
-    SettingsView,
-    HistoryView,
-    ErrorReply,
-]
+Reply = (
+    Accepted
+    | Done
+    | AgentList
+    | CommandList
+    | ToolList
+    | SessionList
+    | SessionOpened
+    | CommandOutput
+    | ToolOutput
+    | StatusReport
+    | SettingsView
+    | HistoryView
+    | ErrorReply
+)

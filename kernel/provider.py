@@ -7,8 +7,8 @@ them); the run loop assembles them. Providers are plugins (``plugins/``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any, Literal, Protocol, Union, runtime_checkable
+from collections.abc import AsyncGenerator
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
@@ -59,7 +59,10 @@ class FinishChunk(msgspec.Struct, frozen=True):
     reason: FinishReason
 
 
-Chunk = Union[TextChunk, ReasoningChunk, ToolCallChunk, UsageChunk, FinishChunk]
+Chunk = TextChunk | ReasoningChunk | ToolCallChunk | UsageChunk | FinishChunk
+
+
+ProviderErrorCode = Literal["provider_error", "rate_limited", "timeout", "unauthorized", "invalid_request", "not_found"]
 
 
 class ProviderError(Exception):
@@ -69,7 +72,7 @@ class ProviderError(Exception):
         self,
         message: str,
         *,
-        code: Literal["provider_error", "rate_limited", "timeout", "unauthorized", "invalid_request", "not_found"] = "provider_error",
+        code: ProviderErrorCode = "provider_error",
         status: int | None = None,
         retry_after_s: float | None = None,
     ) -> None:
@@ -93,6 +96,6 @@ class Provider(Protocol):
     @property
     def model(self) -> str: ...
 
-    def stream(self, request: ProviderRequest) -> AsyncIterator[Chunk]: ...
+    def stream(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]: ...
 
     async def aclose(self) -> None: ...

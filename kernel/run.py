@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import aclosing
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import anyio
 import anyio.lowlevel
@@ -54,7 +54,14 @@ from .toolcalls import ToolRunner
 if TYPE_CHECKING:
     from .session import Session
 
-Ids = dict[str, str | None]
+
+
+class Ids(TypedDict):
+    """What every event of a run carries."""
+
+    session_id: str
+    run_id: str
+    request_id: str | None
 
 log = logging.getLogger("gateway.kernel")
 

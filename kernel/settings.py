@@ -169,7 +169,8 @@ def validate(data: dict[str, Any]) -> Settings:
 
 
 def to_data(settings: Settings) -> dict[str, Any]:
-    return msgspec.to_builtins(settings)
+    data: dict[str, Any] = msgspec.to_builtins(settings)
+    return data
 
 
 def load_settings(path: str | Path | None = None, env: dict[str, str] | None = None) -> Settings:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from pathlib import Path
 
 import anyio
@@ -17,7 +17,7 @@ import anyio
 from .commands import SlashCommand
 from .kernel import Kernel
 from .model import Usage
-from .provider import Chunk, FinishChunk, ProviderError, ProviderRequest, TextChunk, ToolCallChunk, UsageChunk
+from .provider import Chunk, FinishChunk, Provider, ProviderError, ProviderErrorCode, ProviderRequest, TextChunk, ToolCallChunk, UsageChunk
 from .settings import AgentSettings, Settings
 from .store import SQLiteStore
 from .tools import Tool
@@ -61,7 +61,7 @@ class ScriptedProvider:
     def model(self) -> str:
         return self._model
 
-    async def stream(self, request: ProviderRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]:
         self.requests.append(request)
         turn = self.turns[min(len(self.requests) - 1, len(self.turns) - 1)]
         try:
@@ -78,13 +78,13 @@ class ScriptedProvider:
         return None
 
 
-def failing_turn(message: str = "upstream exploded", *, code: str = "provider_error", status: int = 500) -> list[Chunk | BaseException]:
-    return [ProviderError(message, code=code, status=status)]  # type: ignore[arg-type]
+def failing_turn(message: str = "upstream exploded", *, code: ProviderErrorCode = "provider_error", status: int = 500) -> list[Chunk | BaseException]:
+    return [ProviderError(message, code=code, status=status)]
 
 
 @contextlib.asynccontextmanager
 async def running_kernel(
-    provider: object | None = None,
+    provider: Provider | None = None,
     *,
     settings: Settings | None = None,
     tools: Iterable[Tool] = (),
@@ -93,7 +93,7 @@ async def running_kernel(
     agent: AgentSettings | None = None,
 ) -> AsyncIterator[Kernel]:
     """A kernel on a temporary SQLite file whose provider is ``provider`` (scripted by default)."""
-    provider = provider or ScriptedProvider()
+    chosen: Provider = provider or ScriptedProvider()
     settings = settings or Settings()
     if agent is not None:
         settings.agents = [agent]
@@ -102,7 +102,7 @@ async def running_kernel(
         path = db_path or Path(tmp) / "gateway.db"
         kernel = Kernel(
             settings,
-            providers={"scripted": lambda _s: provider},  # type: ignore[dict-item, return-value]
+            providers={"scripted": lambda _s: chosen},
             tools=tools,
             commands=commands,
             store=SQLiteStore(path),

@@ -33,7 +33,7 @@ from .provider import ToolSpec
 from .tools import Tool, ToolContext, ToolFailure, ToolLimiter
 
 if TYPE_CHECKING:
-    from .run import RunState
+    from .run import Ids, RunState
     from .session import Session
 
 log = logging.getLogger("gateway.kernel")
@@ -69,7 +69,7 @@ def decide(tool: Tool, *, remembered: bool | None, ask_before: bool, policy: App
 
 
 class ToolRunner:
-    def __init__(self, session: Session, run: ActiveRun, state: RunState, ids: dict[str, str | None], policy: ApprovalPolicy) -> None:
+    def __init__(self, session: Session, run: ActiveRun, state: RunState, ids: Ids, policy: ApprovalPolicy) -> None:
         self.session = session
         self.active = run
         self.state = state

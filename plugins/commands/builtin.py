@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
+from kernel import CommandContext, SlashCommand
 from kernel import model as m
-from kernel.commands import CommandContext, SlashCommand
 
 
 async def _help(ctx: CommandContext, args: str) -> str:
@@ -20,8 +20,9 @@ async def _clear(ctx: CommandContext, args: str) -> str:
 
 async def _history(ctx: CommandContext, args: str) -> str:
     count = int(args) if args.strip().isdigit() else 10
-    session = await ctx.kernel.session(ctx.session_id)
-    recent = [msg for msg in session.context if msg.role in ("user", "assistant") and (msg.content or msg.parts)][-count:]
+    reply = await ctx.kernel.execute(m.GetHistory(session_id=ctx.session_id))
+    assert isinstance(reply, m.HistoryView)
+    recent = [msg for msg in reply.messages if msg.role in ("user", "assistant") and (msg.content or msg.parts)][-count:]
     if not recent:
         return "No messages yet."
     return "\n".join(f"{msg.role}: {msg.content or m.parts_text(msg.parts)}" for msg in recent)
@@ -35,13 +36,14 @@ async def _tools(ctx: CommandContext, args: str) -> str:
 
 
 async def _model(ctx: CommandContext, args: str) -> str:
-    session = await ctx.kernel.session(ctx.session_id)
-    provider = ctx.kernel.provider_for(session.agent)
+    command: m.Command = m.ConfigureSession(session_id=ctx.session_id, model=args.strip()) if args.strip() else m.GetSession(session_id=ctx.session_id)
+    reply = await ctx.kernel.execute(command)
+    assert isinstance(reply, m.SessionOpened)
+    info = reply.session
+    provider = ctx.kernel.agent_info(ctx.kernel.agent(info.agent_id)).provider
     if args.strip():
-        session.model_override = args.strip()
-        return f"Model for this session set to {session.model_override} (provider {provider.name})."
-    current = session.model_override or session.agent.model or provider.model
-    return f"Model: {current} (provider {provider.name})."
+        return f"Model for this session set to {info.model} (provider {provider})."
+    return f"Model: {info.model} (provider {provider})."
 
 
 async def _config(ctx: CommandContext, args: str) -> str:

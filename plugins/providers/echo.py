@@ -9,13 +9,12 @@ once and then echo the tool's result.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import anyio
 
+from kernel import Chunk, FinishChunk, ProviderRequest, Settings, TextChunk, ToolCallChunk, UsageChunk
 from kernel.model import ImagePart, Message, Usage, parts_text
-from kernel.provider import Chunk, FinishChunk, ProviderRequest, TextChunk, ToolCallChunk, UsageChunk
-from kernel.settings import Settings
 
 _TOOL_REQUEST = re.compile(r"^/tool\s+(\S+)\s*(\{.*\})?\s*$", re.S)
 
@@ -43,7 +42,7 @@ class EchoProvider:
     def model(self) -> str:
         return "echo"
 
-    async def stream(self, request: ProviderRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]:
         messages = request.messages
         prompt_tokens = sum(_tokens(_text_of(m)) for m in messages)
         last = messages[-1] if messages else Message(role="user", content="")

@@ -26,27 +26,29 @@ import email.utils
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
 import openai
 
-from kernel.model import FilePart, ImagePart, Message, TextPart, Usage
-from kernel.provider import (
+from kernel import (
     Chunk,
     FinishChunk,
     FinishReason,
+    OpenAISettings,
     ProviderError,
     ProviderRequest,
     ReasoningChunk,
+    Settings,
     TextChunk,
     ToolCallChunk,
     ToolSpec,
     UsageChunk,
+    mask_secret,
 )
-from kernel.settings import OpenAISettings, Settings, mask_secret
+from kernel.model import FilePart, ImagePart, Message, TextPart, Usage
 
 __all__ = ["OpenAIProvider", "provider_factory", "to_openai_messages", "to_openai_tools"]
 
@@ -245,7 +247,7 @@ class OpenAIProvider:
             kwargs["temperature"] = request.temperature
         return kwargs
 
-    async def stream(self, request: ProviderRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]:
         kwargs = self.build_request(request)
         try:
             upstream = await self._client.chat.completions.create(**kwargs)

@@ -12,7 +12,7 @@ import os
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from kernel.tools import Tool, ToolContext, ToolFailure
+from kernel import Tool, ToolContext, ToolFailure
 
 
 def _str_arg(args: dict[str, Any], name: str) -> str:
@@ -35,7 +35,7 @@ async def read_file(args: dict[str, Any], ctx: ToolContext) -> str:
     path = _str_arg(args, "path")
     line = args.get("line")
     limit = args.get("limit")
-    if line is not None and not isinstance(line, int) or limit is not None and not isinstance(limit, int):
+    if (line is not None and not isinstance(line, int)) or (limit is not None and not isinstance(limit, int)):
         raise ToolFailure("'line' and 'limit' must be integers")
     return await ctx.files.read_text(path, line=line, limit=limit)
 
@@ -50,7 +50,7 @@ async def write_file(args: dict[str, Any], ctx: ToolContext) -> str:
 
 
 async def list_directory(args: dict[str, Any], ctx: ToolContext) -> str:
-    from kernel.files import WorkspaceFiles
+    from kernel import WorkspaceFiles
 
     base = WorkspaceFiles(ctx.workspace)
     target = base.resolve(str(args.get("path") or "."))

@@ -28,7 +28,7 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from kernel.tools import Tool, ToolContext, ToolFailure
+from kernel import Tool, ToolContext, ToolFailure
 
 T = TypeVar("T")
 S = TypeVar("S", bound=msgspec.Struct)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import anyio
 import anyio.lowlevel
@@ -50,7 +50,7 @@ class BenchProvider:
     def model(self) -> str:
         return "bench-1"
 
-    async def stream(self, request: ProviderRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]:
         last = request.messages[-1].content if request.messages else ""
         spec = parse_spec(last)
         n = int(spec.get("n", 1))

@@ -470,7 +470,7 @@ async def _send_json(send: Any, status: int, payload: Any, extra_headers: dict[s
     await send({"type": "http.response.body", "body": data, "more_body": False})
 
 
-class fake_openai_server:  # noqa: N801 - used like a function: ``async with fake_openai_server(...)``
+class fake_openai_server:
     """Run a :class:`FakeOpenAIServer` on 127.0.0.1 (ephemeral port) for the ``async with`` block.
 
     ``fake_openai_server(script=None, *, api_key=None, models=("fake-model",))``

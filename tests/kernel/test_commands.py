@@ -134,4 +134,4 @@ async def test_per_session_overrides_and_unload() -> None:
         assert await kernel.unload_session("s") and "s" not in kernel.sessions
         assert not await kernel.unload_session("s")
         history = await kernel.execute(m.GetHistory(session_id="s"))
-        assert [x.role for x in history.messages][0] == "user"  # reloaded from the store
+        assert next(x.role for x in history.messages) == "user"  # reloaded from the store

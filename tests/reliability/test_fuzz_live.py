@@ -160,7 +160,7 @@ def agent_cli_until(ws: ClientConnection, rid: str) -> list[dict[str, Any]]:
         frame = json.loads(ws.recv(timeout=max(0.1, deadline - time.monotonic())))
         assert set(frame) == {"request_id", "response", "error", "token_usage"}, frame
         seen.append(frame)
-        if frame["request_id"] == rid and ("Text" in frame["response"] and (frame["error"] or frame["token_usage"]) or "Complete" in frame["response"]):
+        if frame["request_id"] == rid and (("Text" in frame["response"] and (frame["error"] or frame["token_usage"])) or "Complete" in frame["response"]):
             return seen
 
 

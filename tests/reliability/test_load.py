@@ -12,7 +12,7 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import anyio
 import httpx
@@ -38,7 +38,7 @@ class PacedModel:
     name = "paced"
     model = "paced"
 
-    async def stream(self, request: ProviderRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]:
         prompt = request.messages[-1].content
         for i in range(DELTAS):
             await anyio.sleep(1 / RATE_PER_S)

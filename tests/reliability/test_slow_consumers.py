@@ -271,7 +271,7 @@ async def test_a_stdio_reader_that_falls_behind_keeps_its_stream(retention: int)
             await anyio.sleep(0.8)  # not reading: the forwarder blocks on the full pipe
             reader = PipeReader(stdout_r)
             # The whole run, or (its end being among the lost events) the notice of the loss.
-            await reader.until(lambda x: x.get("request_id") == "p1" and x["type"] == "run_finished" or x["type"] == "subscriber_lagged")
+            await reader.until(lambda x: (x.get("request_id") == "p1" and x["type"] == "run_finished") or x["type"] == "subscriber_lagged")
             os.write(stdin_w, b'{"type":"prompt","text":"again","request_id":"p2"}\n')
             lines = await reader.until(lambda x: x.get("type") == "run_finished" and x["request_id"] == "p2")
             tg.cancel_scope.cancel()

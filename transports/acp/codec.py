@@ -95,7 +95,7 @@ Incoming = Request | Notification | Response | Reject | Ignored
 
 class _Envelope(msgspec.Struct):
     jsonrpc: str | UnsetType = UNSET
-    id: int | str | None | UnsetType = UNSET
+    id: int | str | UnsetType | None = UNSET
     method: str | UnsetType = UNSET
     params: Any = UNSET
     result: Any = UNSET

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 
@@ -29,7 +29,7 @@ class Resource(msgspec.Struct, frozen=True, tag="resource", tag_field="type"):
     resource: TextResource
 
 
-Content = Union[Text, Image, Resource]
+Content = Text | Image | Resource
 
 
 class ToolContent(msgspec.Struct, frozen=True, tag="content", tag_field="type"):
@@ -102,16 +102,16 @@ class UsageUpdate(_Update, tag="usage_update"):
     size: int
 
 
-Update = Union[
-    UserMessageChunk,
-    AgentMessageChunk,
-    AgentThoughtChunk,
-    ToolCallStart,
-    ToolCallProgress,
-    AvailableCommandsUpdate,
-    CurrentModeUpdate,
-    UsageUpdate,
-]
+Update = (
+    UserMessageChunk
+    | AgentMessageChunk
+    | AgentThoughtChunk
+    | ToolCallStart
+    | ToolCallProgress
+    | AvailableCommandsUpdate
+    | CurrentModeUpdate
+    | UsageUpdate
+)
 
 
 class SessionNotification(msgspec.Struct, frozen=True, rename="camel"):

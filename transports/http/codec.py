@@ -202,7 +202,7 @@ def command_command(session_id: str, body: CommandBody) -> m.RunCommand | ApiErr
     return m.RunCommand(session_id=session_id, name=name, args=args)
 
 
-def parse_int(value: str | None, what: str, *, minimum: int = 0) -> int | None | ApiError:
+def parse_int(value: str | None, what: str, *, minimum: int = 0) -> int | ApiError | None:
     if value is None or value == "":
         return None
     text = value.strip()
@@ -211,7 +211,7 @@ def parse_int(value: str | None, what: str, *, minimum: int = 0) -> int | None |
     return int(text)
 
 
-def resume_after(last_event_id: str | None, after: str | None) -> int | None | ApiError:
+def resume_after(last_event_id: str | None, after: str | None) -> int | ApiError | None:
     """Where an event stream resumes: ``Last-Event-ID`` (set by EventSource on
     reconnect) wins over ``?after=``; None means "from now on"."""
     if last_event_id is not None and last_event_id.strip():

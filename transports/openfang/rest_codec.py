@@ -39,7 +39,7 @@ WEB_COMMANDS: tuple[tuple[str, str, str], ...] = (
 
 def iso_time(timestamp: float) -> str:
     """RFC 3339 in UTC, as OpenFang serialises its ``DateTime<Utc>`` fields."""
-    return _dt.datetime.fromtimestamp(timestamp, _dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    return _dt.datetime.fromtimestamp(timestamp, _dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 def agent_entry(info: m.AgentInfo) -> AgentEntry:

@@ -9,7 +9,7 @@ omits them instead of sending ``null``.
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -112,21 +112,21 @@ class Pong(_Out, tag="pong"):
     pass
 
 
-ServerEvent = Union[
-    Connected,
-    AgentsUpdated,
-    Typing,
-    Phase,
-    TextDeltaOut,
-    ToolStart,
-    ToolEnd,
-    ToolResultOut,
-    ResponseOut,
-    SilentComplete,
-    CommandResult,
-    ErrorOut,
-    Pong,
-]
+ServerEvent = (
+    Connected
+    | AgentsUpdated
+    | Typing
+    | Phase
+    | TextDeltaOut
+    | ToolStart
+    | ToolEnd
+    | ToolResultOut
+    | ResponseOut
+    | SilentComplete
+    | CommandResult
+    | ErrorOut
+    | Pong
+)
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(ServerEvent)

@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     )
     from ._lines import LineReader, LineTooLong, LineWriter
     from ._router import HttpHandler, Router, WebSocketHandler
-    from ._security import SlidingWindowLimiter, extract_token, host_allowed, host_name, origin_allowed, token_matches
+    from ._security import ClientLimiter, SlidingWindowLimiter, extract_token, host_allowed, host_name, origin_allowed, token_matches
     from ._serve import base_url, build_hypercorn_config, serve_asgi, serve_http, stalled_peer_timeout_s
     from ._sse import SSEStream, format_sse, open_sse
     from ._websocket import (
@@ -85,5 +85,4 @@ if TYPE_CHECKING:
         WsText,
         WsTooLarge,
     )
-    from ._security import ClientLimiter
     from .jsonwire import JsonDecoder, decode_json

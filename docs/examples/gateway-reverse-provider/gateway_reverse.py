@@ -8,14 +8,13 @@ generator at its next ``await`` and nothing keeps running behind the user's back
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import anyio
 
+from kernel import Chunk, FinishChunk, ProviderRequest, Settings, TextChunk, UsageChunk
 from kernel.model import Message, TextPart, Usage
-from kernel.provider import Chunk, FinishChunk, ProviderRequest, TextChunk, UsageChunk
-from kernel.settings import Settings
 from plugins.hookspecs import hookimpl
 
 
@@ -36,7 +35,7 @@ class ReverseProvider:
     def model(self) -> str:
         return "reverse-1"
 
-    async def stream(self, request: ProviderRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]:
         answer = _text(request.messages[-1])[::-1] if request.messages else ""
         pieces = [answer[i : i + self.chunk_chars] for i in range(0, len(answer), self.chunk_chars)]
         prompt_tokens = sum(len(_text(m)) // self.chunk_chars + 1 for m in request.messages)

@@ -164,7 +164,7 @@ async def test_request_body() -> None:
                 parts=(
                     TextPart("What is in these?"),
                     ImagePart(png, "image/png"),
-                    FilePart("notes.txt", "line one\nline two".encode(), "text/plain"),
+                    FilePart("notes.txt", b"line one\nline two", "text/plain"),
                 ),
             ),
             Message(role="assistant", tool_calls=(ToolCall(id="call_1", name="get_weather", arguments='{"city": "Oslo"}'),)),

@@ -91,7 +91,7 @@ def test_outgoing_ids_start_at_zero_and_correlate() -> None:
     rid2, _ = codec.request("fs/read_text_file", {})
     failed = codec.decode(b'{"jsonrpc":"2.0","id":2,"error":{"code":-32002,"message":"no such file"}}')
     assert failed == Response(rid2, "fs/read_text_file", error=RpcError(code=-32002, message="no such file"))
-    rid3, _ = codec.request("fs/read_text_file", {})
+    _rid3, _ = codec.request("fs/read_text_file", {})
     odd = codec.decode(b'{"jsonrpc":"2.0","id":3,"error":"boom"}')
     assert isinstance(odd, Response) and odd.error is not None and odd.error.code == -32603
     assert isinstance(codec.decode(b'{"jsonrpc":"2.0","id":"0","result":{}}'), Ignored)
@@ -250,7 +250,7 @@ def test_permission_request_and_decisions() -> None:
     assert params["toolCall"]["toolCallId"] == "c9" and params["toolCall"]["kind"] == "edit"
     assert params["toolCall"]["rawInput"] == {"path": "a", "content": "b"}
     assert [o["kind"] for o in params["options"]] == ["allow_once", "allow_always", "reject_once", "reject_always"]
-    selected = lambda option: {"outcome": {"outcome": "selected", "optionId": option}}  # noqa: E731
+    selected = lambda option: {"outcome": {"outcome": "selected", "optionId": option}}
     assert mapping.permission_decision(selected("allow_once")) == (True, False, None)
     assert mapping.permission_decision(selected("allow_always")) == (True, True, None)
     assert mapping.permission_decision(selected("reject_once"))[:2] == (False, False)

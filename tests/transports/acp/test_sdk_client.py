@@ -251,7 +251,7 @@ def test_read_file_is_delegated_to_the_editor(backend: str, tmp_path: Path) -> N
     assert client.reads == [(str(tmp_path / "x.txt"), None, None)]
     assert "unsaved buffer in the editor" in client.text() and "content on disk" not in client.text()
     assert "outside the project directory" in client.text()
-    [first, second] = client.of("tool_call")
+    [first, _second] = client.of("tool_call")
     assert first.kind == "read" and first.locations[0].path == str(tmp_path / "x.txt")
     assert client.permission_requests == []
 

@@ -180,7 +180,7 @@ async def test_permission_timeout_rejects_and_late_answer_is_ignored() -> None:
 
 async def test_reject_always_is_remembered() -> None:
     provider = ScriptedProvider([tool_turn("write_file", '{"path": "a.txt", "content": "x"}'), text_turn("ok")])
-    answer = lambda _m: {"result": {"outcome": {"outcome": "selected", "optionId": "reject_always"}}}  # noqa: E731
+    answer = lambda _m: {"result": {"outcome": {"outcome": "selected", "optionId": "reject_always"}}}
     async with running_kernel(provider, tools=BUILTIN_TOOLS) as kernel, editor(kernel) as (pipe, session):
         first, _ = await pipe.call(2, "session/prompt", prompt(session, "write"), answer)
         provider.requests.clear()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import anyio
@@ -38,7 +38,7 @@ class SlowEcho:
     def __init__(self, slow_s: float = 0.5) -> None:
         self.slow_s = slow_s
 
-    async def stream(self, request: ProviderRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]:
         text = request.messages[-1].content
         for word in re.findall(r"\S+\s*", f"echo: {text}"):
             if text.startswith("slow"):

@@ -179,7 +179,7 @@ def test_twenty_threads_at_once(tmp_path: Path, loop: str) -> None:
         history = client.get_history()
         assert len(history) == 40
         # One conversation: each message is answered before the next one starts.
-        for user, assistant in zip(history[::2], history[1::2]):
+        for user, assistant in zip(history[::2], history[1::2], strict=False):
             assert (user["role"], assistant["role"]) == ("user", "assistant")
             assert assistant["content"] == "echo: " + user["content"]
 

@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from transports.shared import (
@@ -88,7 +89,7 @@ def make_app(config: ToyConfig, **router_kwargs: Any) -> tuple[Router, dict[str,
             raise HttpError(400, "Invalid agent ID")
 
     async def check_known(ws: WebSocket) -> None:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         if ws.path_params["agent"] == "404":
             raise HttpError(404, "Agent not found")
 

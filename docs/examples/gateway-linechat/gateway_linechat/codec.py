@@ -7,7 +7,7 @@ the middle of a line, and which question (tool approval or turn limit) is open.
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Literal
 
 import msgspec
 
@@ -93,8 +93,8 @@ class Failure(msgspec.Struct, frozen=True):
     ends_response: bool = True
 
 
-Input = Union[m.Prompt, m.Interrupt, m.ResolveToolApproval, m.ResolveTurnLimit, m.RunCommand, Authenticate, Invalid]
-Output = Union[m.Event, m.Reply, Greeting, Failure]
+Input = m.Prompt | m.Interrupt | m.ResolveToolApproval | m.ResolveTurnLimit | m.RunCommand | Authenticate | Invalid
+Output = m.Event | m.Reply | Greeting | Failure
 
 # Lines that steer a run answer nothing when they work: the run's own output shows it.
 _CONTROLS = (m.Interrupt, m.ResolveToolApproval, m.ResolveTurnLimit, Authenticate)

@@ -8,8 +8,8 @@ import anyio
 import pytest
 from anyio.abc import SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
-
 from gateway_linechat import LinechatConfig, LinechatTransport
+
 from kernel import Kernel, KernelError, SlashCommand, Tool
 from kernel.testing import ScriptedProvider, running_kernel, text_turn, tool_turn
 from transports.shared import ConfigError

@@ -2,8 +2,8 @@
 
 import anyio
 import pytest
-
 from gateway_reverse import ReverseProvider
+
 from kernel import model as m
 from kernel.provider import FinishChunk, ProviderRequest, TextChunk, UsageChunk
 from kernel.testing import running_kernel
