@@ -179,7 +179,11 @@ class ApprovalPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
         return self.mode
 
 
-def approval_policy(value: ApprovalPolicy | Literal["ask", "approve", "reject"], *, reason: str | None = None) -> ApprovalPolicy:
+#: A transport's config field for its policy: a table, or a mode as shorthand.
+ApprovalSetting = ApprovalPolicy | Literal["ask", "approve", "reject"]
+
+
+def approval_policy(value: ApprovalSetting, *, reason: str | None = None) -> ApprovalPolicy:
     """A policy from a transport's config value: a table, or one of its modes as shorthand
     (``"reject"`` also stops at the turn limit, since nobody can be asked)."""
     if isinstance(value, ApprovalPolicy):
