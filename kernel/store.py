@@ -18,11 +18,11 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from .model import Message
+from .model import Message, ToolOutcome
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -86,6 +86,18 @@ class SQLiteStore:
     async def open(self) -> None:
         await anyio.to_thread.run_sync(self._open_sync, limiter=self._limiter)
 
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection, version: int) -> None:
+        """Bring an older store up to ``SCHEMA_VERSION``, in one transaction."""
+        if version < 2:  # v2: tool messages say how the call ended (``Message.outcome``)
+            with conn:
+                rows = conn.execute("SELECT id, body FROM messages").fetchall()
+                for row_id, body in rows:
+                    message = _decode_message(body)
+                    if message.role == "tool" and message.outcome is None:
+                        fixed = msgspec.structs.replace(message, outcome=outcome_of_v1_text(message.content))
+                        conn.execute("UPDATE messages SET body=? WHERE id=?", (_encode(fixed), row_id))
+
     def _open_sync(self) -> None:
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -98,6 +110,8 @@ class SQLiteStore:
             conn.close()
             raise RuntimeError(f"store {self.path} has schema {version}, newer than this gateway ({SCHEMA_VERSION})")
         conn.executescript(_SCHEMA)
+        if 0 < version < SCHEMA_VERSION:
+            self._migrate(conn, version)
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         self._conn = conn
 
@@ -187,6 +201,26 @@ class SQLiteStore:
                 (key, value),
             )
         )
+
+
+def outcome_of_v1_text(content: str) -> ToolOutcome:
+    """How a tool call stored by schema v1 ended, from the text the kernel then wrote."""
+    for prefix, outcome in _V1_PREFIXES:
+        if content.startswith(prefix):
+            if outcome == "rejected" and " limit reached (" in content:
+                return "limit_reached"
+            if outcome == "error" and " timed out after " in content:
+                return "timed_out"
+            return outcome
+    return "ok"
+
+
+_V1_PREFIXES: tuple[tuple[str, ToolOutcome], ...] = (
+    ("tool error: ", "error"),
+    ("tool call rejected: ", "rejected"),
+    ("invalid arguments for ", "invalid_arguments"),
+    ("interrupted before the tool finished", "interrupted"),
+)
 
 
 def _select_sessions(conn: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> list[SessionRecord]:

@@ -94,3 +94,40 @@ async def test_ephemeral_sessions_never_touch_the_store(tmp_path: Path) -> None:
         assert await kernel.store.list_sessions() == [] and await kernel.store.load_messages(session.id) == []
         await kernel.execute(m.DeleteSession(session_id=session.id))
         assert session.id not in kernel.sessions
+
+
+async def test_a_v1_store_gets_tool_outcomes_once(tmp_path: Path) -> None:
+    """Schema v1 stored how a tool call ended only as text; v2 says it as data."""
+    db = tmp_path / "v1.db"
+    conn = sqlite3.connect(db)
+    conn.executescript(
+        "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, label TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL);"
+        "CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL, body BLOB NOT NULL, created_at REAL NOT NULL);"
+        "CREATE TABLE kv (key TEXT PRIMARY KEY, value BLOB NOT NULL);"
+        "PRAGMA user_version=1;"
+    )
+    conn.execute("INSERT INTO sessions VALUES ('old', 'a', NULL, 1.0, 1.0)")
+    texts = {
+        "12:00": "ok",
+        "tool error: disk on fire": "error",
+        "tool error: slow timed out after 60s": "timed_out",
+        "tool call rejected: the user declined to run write_file": "rejected",
+        "tool call rejected: memory update limit reached (10 per run)": "limit_reached",
+        "invalid arguments for x: expected a JSON object": "invalid_arguments",
+        "interrupted before the tool finished": "interrupted",
+    }
+    for i, text in enumerate(texts):
+        body = f'{{"role":"tool","content":"{text}","tool_call_id":"c{i}","name":"t"}}'
+        conn.execute("INSERT INTO messages(session_id, body, created_at) VALUES ('old', ?, 1.0)", (body.encode(),))
+    conn.execute("""INSERT INTO messages(session_id, body, created_at) VALUES ('old', '{"role":"user","content":"tool error: not a tool"}', 1.0)""")
+    conn.commit()
+    conn.close()
+    store = SQLiteStore(db)
+    await store.open()
+    try:
+        messages = await store.load_messages("old")
+    finally:
+        await store.close()
+    assert [(msg.content, msg.outcome) for msg in messages[:-1]] == list(texts.items())
+    assert messages[-1].outcome is None  # only tool messages have one
+    assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2

@@ -1,0 +1,335 @@
+"""The seam a transport uses: session commands, the state machine, policies, outcomes,
+the run follower and backpressure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+
+from kernel import FinishChunk, KernelError, RunFollower, RunWatch, Tool, ToolCallChunk, ToolFailure
+from kernel import model as m
+from kernel.settings import AgentSettings, Settings
+from kernel.state import IllegalTransition, SessionMachine
+from kernel.testing import ScriptedProvider, running_kernel, text_turn, tool_turn
+
+from .helpers import run_events
+
+pytestmark = pytest.mark.anyio
+
+
+async def _ok(args: dict[str, Any], ctx: object) -> str:
+    return "done"
+
+
+async def _fails(args: dict[str, Any], ctx: object) -> str:
+    raise ToolFailure("disk on fire")
+
+
+async def _slow(args: dict[str, Any], ctx: object) -> str:
+    await anyio.sleep(10)
+    return "late"
+
+
+GUARDED = Tool(name="guarded", description="asks first", parameters={"type": "object"}, handler=_ok, requires_approval=True, category="files")
+FAILS = Tool(name="fails", description="fails", parameters={"type": "object"}, handler=_fails)
+SLOW = Tool(name="slow", description="slow", parameters={"type": "object"}, handler=_slow)
+
+
+def prompt(text: str, *, session: str = "s", request: str = "r1", policy: m.ApprovalPolicy | None = None) -> m.Prompt:
+    return m.Prompt(session_id=session, request_id=request, text=text, options=m.PromptOptions(approval=policy))
+
+
+# ------------------------------------------------------------------ the state machine
+
+
+def test_the_machine_allows_only_its_table() -> None:
+    machine = SessionMachine()
+    with pytest.raises(IllegalTransition):
+        machine.move("end_run")
+    assert machine.move("start_run") == "running"
+    with pytest.raises(IllegalTransition):
+        machine.move("start_run")
+    assert machine.move("ask_approval") == "awaiting_tool_approval"
+    with pytest.raises(IllegalTransition):
+        machine.move("ask_turns")
+    assert machine.move("answered") == "running"
+    assert machine.move("end_run") == "idle"
+    assert machine.move("close") == "closed"
+    with pytest.raises(IllegalTransition):
+        machine.move("start_run")
+
+
+async def test_one_ask_serves_both_questions_and_refuses_stray_answers() -> None:
+    machine = SessionMachine()
+    machine.move("start_run")
+    with pytest.raises(KernelError) as refused:
+        machine.answer("tool_approval", "c1", m_answer(True), "s")
+    assert refused.value.code == "invalid_request"
+
+    async def answer_soon() -> None:
+        await anyio.sleep(0)
+        with pytest.raises(KernelError) as wrong:
+            machine.answer("tool_approval", "other", m_answer(True), "s")
+        assert wrong.value.code == "not_found"
+        with pytest.raises(KernelError):
+            machine.answer("turn_limit", None, m_answer(True), "s")  # not the open question
+        machine.answer("tool_approval", "c1", m_answer(True, "fine"), "s")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(answer_soon)
+        answer = await machine.ask("tool_approval", "c1", timeout_s=5)
+    assert (answer.yes, answer.reason, machine.state) == (True, "fine", "running")
+    timed_out = await machine.ask("turn_limit", None, timeout_s=0)
+    assert timed_out.timed_out and not timed_out.yes and machine.state == "running"
+
+
+def m_answer(yes: bool, reason: str | None = None) -> Any:
+    from kernel.state import Answer
+
+    return Answer(yes=yes, reason=reason)
+
+
+# ------------------------------------------------------------------ session commands
+
+
+async def test_configure_get_and_close_session() -> None:
+    async with running_kernel(ScriptedProvider([text_turn("hi")], model="m-default")) as kernel:
+        opened = await kernel.execute(m.OpenSession(session_id="s"))
+        assert isinstance(opened, m.SessionOpened) and opened.session.model == "m-default"
+        configured = await kernel.execute(m.ConfigureSession(session_id="s", max_turns=3, model="m-x", approval_timeout_s=2.0))
+        assert isinstance(configured, m.SessionOpened)
+        assert (configured.session.model, configured.session.max_turns) == ("m-x", 3)
+        again = await kernel.execute(m.ConfigureSession(session_id="s", model=None))
+        assert isinstance(again, m.SessionOpened) and (again.session.model, again.session.max_turns) == ("m-default", 3)
+        with pytest.raises(KernelError):
+            await kernel.execute(m.ConfigureSession(session_id="s", max_turns=-1))
+        with pytest.raises(msgspec.ValidationError):  # an object, never from a wire
+            msgspec.json.decode(b'{"type": "configure_session", "files": {}}', type=m.Command)
+
+        sub = await kernel.subscribe("s")
+        watched = await kernel.execute(m.CloseSession(session_id="s", if_unwatched=True))
+        assert isinstance(watched, m.Done) and "s" in kernel.sessions
+        sub.close()
+        await kernel.execute(m.CloseSession(session_id="s", if_unwatched=True))
+        assert "s" not in kernel.sessions
+        info = await kernel.execute(m.GetSession(session_id="s"))  # loaded again from the store
+        assert isinstance(info, m.SessionOpened) and info.session.subscribers == 0
+        with pytest.raises(KernelError) as missing:
+            await kernel.execute(m.GetSession(session_id="nobody"))
+        assert missing.value.code == "not_found"
+
+
+async def test_ephemeral_sessions_are_never_stored() -> None:
+    async with running_kernel(ScriptedProvider([text_turn("hi")])) as kernel:
+        opened = await kernel.execute(m.OpenSession(ephemeral=True))
+        assert isinstance(opened, m.SessionOpened)
+        sid = opened.session.session_id
+        async with await RunFollower.start(kernel, prompt("x", session=sid)) as run:
+            assert isinstance(await run.wait(), m.RunFinished)
+        listing = await kernel.execute(m.ListSessions())
+        assert isinstance(listing, m.SessionList) and sid not in {s.session_id for s in listing.sessions}
+        assert await kernel.store.get_session(sid) is None
+
+
+async def test_interrupt_by_request_id_reaches_a_queued_run() -> None:
+    provider = ScriptedProvider([text_turn(*["w "] * 50)], delay_s=0.01)
+    async with running_kernel(provider) as kernel:
+        first = await RunFollower.start(kernel, prompt("one", request="a"))
+        second = await RunFollower.start(kernel, prompt("two", request="b"))
+        assert second.accepted.queued
+        await kernel.execute(m.Interrupt(session_id="s", target_request_id="b"))  # still waiting
+        with pytest.raises(KernelError):
+            await kernel.execute(m.Interrupt(session_id="s", target_request_id="nobody"))
+        end_a, end_b = await first.wait(), await second.wait()
+        assert isinstance(end_a, m.RunFinished) and not end_a.interrupted and end_a.text == "w " * 50
+        assert isinstance(end_b, m.RunFinished) and end_b.interrupted and end_b.text == ""
+        assert len(provider.requests) == 1  # the interrupted run never reached the model
+        await first.aclose()
+        await second.aclose()
+
+
+async def test_history_changes_wait_behind_a_run() -> None:
+    provider = ScriptedProvider([text_turn(*["w "] * 20)], delay_s=0.01)
+    async with running_kernel(provider) as kernel:
+        run = await RunFollower.start(kernel, prompt("go"))
+        reply = await kernel.execute(m.ClearHistory(session_id="s"))
+        assert isinstance(reply, m.Accepted) and reply.queued  # not while the run reads the context
+        assert isinstance(await run.wait(), m.RunFinished)
+        await run.aclose()
+        history = await kernel.execute(m.GetHistory(session_id="s"))
+        with anyio.fail_after(5):
+            while isinstance(history, m.HistoryView) and history.messages:
+                await anyio.sleep(0.01)
+                history = await kernel.execute(m.GetHistory(session_id="s"))
+        done = await kernel.execute(m.SaveHistory(session_id="s", messages=(m.Message(role="user", content="hello"),)))
+        assert isinstance(done, m.Done)  # idle: applied before the reply
+
+
+# ------------------------------------------------------------------ policies and outcomes
+
+
+async def _outcome_of(policy: m.ApprovalPolicy | None, tool: Tool, *, settings: Settings | None = None) -> tuple[list[m.Event], m.Message]:
+    provider = ScriptedProvider([tool_turn(tool.name, "{}"), text_turn("after")])
+    async with running_kernel(provider, tools=[tool], settings=settings) as kernel:
+        async with await RunFollower.start(kernel, prompt("go", policy=policy)) as run:
+            events: list[m.Event] = []
+            while run.end is None:
+                events += await run.next_batch()
+        history = await kernel.execute(m.GetHistory(session_id="s"))
+        assert isinstance(history, m.HistoryView)
+        return events, next(msg for msg in history.messages if msg.role == "tool")
+
+
+async def test_policies_decide_without_a_question() -> None:
+    events, stored = await _outcome_of(m.ApprovalPolicy(mode="reject", reason="no way"), GUARDED)
+    call = next(e for e in events if isinstance(e, m.ToolCallStarted))
+    result = next(e for e in events if isinstance(e, m.ToolResult))
+    assert not call.needs_approval and not any(isinstance(e, m.ToolApprovalRequested) for e in events)
+    assert (result.outcome, result.rejected, result.is_error) == ("rejected", True, True)
+    assert result.error == "the user declined to run guarded (no way)" and stored.outcome == "rejected"
+
+    events, stored = await _outcome_of(m.ApprovalPolicy(mode="reject", allow_categories=("files",)), GUARDED)
+    result = next(e for e in events if isinstance(e, m.ToolResult))
+    assert (result.outcome, result.result, stored.outcome) == ("ok", "done", "ok")
+
+    events, _ = await _outcome_of(m.ApprovalPolicy(mode="approve"), GUARDED)
+    assert next(e for e in events if isinstance(e, m.ToolResult)).outcome == "ok"
+
+
+async def test_outcomes_are_data_on_events_and_stored_messages() -> None:
+    events, stored = await _outcome_of(None, FAILS)
+    result = next(e for e in events if isinstance(e, m.ToolResult))
+    assert (result.outcome, result.error, result.result) == ("error", "disk on fire", "tool error: disk on fire")
+    assert stored.outcome == "error"
+
+    settings = Settings()
+    settings.tools.timeout_s = 0.01
+    events, stored = await _outcome_of(None, SLOW, settings=settings)
+    assert next(e for e in events if isinstance(e, m.ToolResult)).outcome == "timed_out" and stored.outcome == "timed_out"
+
+    settings = Settings()
+    settings.tools.limits = {"general_query_max": 1}
+    two_calls = [
+        ToolCallChunk(index=0, id="c1", name="fails", arguments="{}"),
+        ToolCallChunk(index=1, id="c2", name="fails", arguments="{}"),
+        FinishChunk("tool_calls"),
+    ]
+    provider = ScriptedProvider([two_calls, text_turn("ok")])
+    async with running_kernel(provider, tools=[FAILS], settings=settings) as kernel:
+        async with await RunFollower.start(kernel, prompt("go")) as run:
+            seen: list[m.Event] = []
+            while run.end is None:
+                seen += await run.next_batch()
+    outcomes = [e.outcome for e in seen if isinstance(e, m.ToolResult)]
+    assert outcomes == ["error", "limit_reached"]
+
+
+# ------------------------------------------------------------------ the run follower
+
+
+async def test_run_follower_asks_and_answers() -> None:
+    provider = ScriptedProvider([tool_turn("guarded", "{}"), text_turn("fine")])
+    async with running_kernel(provider, tools=[GUARDED]) as kernel:
+        async with await RunFollower.start(kernel, prompt("go")) as run:
+            seen: list[m.Event] = []
+            while run.question is None:
+                seen += await run.next_batch()
+            call = next(e for e in seen if isinstance(e, m.ToolCallStarted))
+            assert call.needs_approval and isinstance(run.question, m.ToolApprovalRequested)
+            info = await kernel.execute(m.GetSession(session_id="s"))
+            assert isinstance(info, m.SessionOpened) and info.session.pending_call_id == call.call_id
+            assert info.session.state == "awaiting_tool_approval" and info.session.request_id == "r1"
+            await run.answer(True)
+            end = await run.wait()
+        assert isinstance(end, m.RunFinished) and end.text == "fine" and run.question is None
+
+
+async def test_closing_a_run_follower_declines_its_open_question() -> None:
+    provider = ScriptedProvider([tool_turn("guarded", "{}"), text_turn("after")])
+    async with running_kernel(provider, tools=[GUARDED]) as kernel:
+        sub = await kernel.subscribe((await kernel.session("s")).id)
+        async with await RunFollower.start(kernel, prompt("go")) as run:
+            while run.question is None:
+                await run.next_batch()
+        events = await run_events(sub)
+        result = next(e for e in events if isinstance(e, m.ToolResult))
+        assert result.outcome == "rejected" and "the client went away" in result.result
+
+
+async def test_a_deleted_session_ends_its_run_for_the_follower() -> None:
+    provider = ScriptedProvider([text_turn(*["w "] * 100)], delay_s=0.01)
+    async with running_kernel(provider) as kernel:
+        async with await RunFollower.start(kernel, prompt("go")) as run:
+            await run.next_batch()
+            await kernel.execute(m.DeleteSession(session_id="s"))
+            end = await run.wait()
+    assert isinstance(end, m.RunFinished) and end.interrupted  # its end was recorded before the session closed
+
+
+async def test_a_follower_whose_session_closes_without_an_end_gets_a_failure() -> None:
+    provider = ScriptedProvider([text_turn(*["w "] * 100)], delay_s=0.01)
+    async with running_kernel(provider) as kernel:
+        async with await RunFollower.start(kernel, prompt("go")) as run:
+            await run.next_batch()
+            kernel.sessions["s"].hub.close()  # as if the session were gone mid-run
+            end = await run.wait()
+    assert isinstance(end, m.RunFailed) and end.error.code == "internal" and end.request_id == "r1"
+
+
+def test_run_watch_picks_its_run_and_its_question() -> None:
+    watch = RunWatch("mine")
+    other = m.TextDelta(session_id="s", run_id="r0", request_id="theirs", text="x")
+    started = m.RunStarted(session_id="s", run_id="r1", request_id="mine")
+    ask = m.ToolApprovalRequested(session_id="s", run_id="r1", request_id="mine", call_id="c", name="t", arguments="{}")
+    done = m.ToolResult(session_id="s", run_id="r1", request_id="mine", call_id="c", name="t", result="ok")
+    end = m.RunFinished(session_id="s", run_id="r1", request_id="mine", text="")
+    assert [watch.feed(e) for e in (other, started)] == [False, True] and watch.run_id == "r1"
+    assert watch.feed(ask) and watch.question is ask
+    assert watch.feed(done) and watch.question is None
+    assert watch.feed(m.ContextCleared(session_id="s")) is False
+    assert watch.feed(end) and watch.end is end
+    assert watch.feed(m.TextDelta(session_id="s", run_id="r1", request_id="mine", text="late")) is False
+
+
+# ------------------------------------------------------------------ backpressure
+
+
+async def test_a_healthy_reader_gets_every_delta_of_a_burst() -> None:
+    pieces = [f"w{i} " for i in range(300_000)]
+    settings = Settings()
+    settings.session.event_retention = 64  # far less than the answer: only backpressure saves it
+    async with running_kernel(ScriptedProvider([text_turn(*pieces)]), settings=settings) as kernel:
+        async with await RunFollower.start(kernel, prompt("go")) as run:
+            texts: list[str] = []
+            while run.end is None:
+                texts += [e.text for e in await run.next_batch() if isinstance(e, m.TextDelta)]
+        assert isinstance(run.end, m.RunFinished)
+        assert "".join(texts) == "".join(pieces) == run.end.text
+
+
+async def test_a_reader_that_stops_is_cut_off_after_its_grace_and_the_run_goes_on() -> None:
+    settings = Settings()
+    settings.session.subscriber_buffer = 8
+    settings.session.lag_grace_s = 0.2
+    pieces = [f"w{i} " for i in range(2000)]
+    provider = ScriptedProvider([[m_chunk(p) for p in pieces] + text_turn()[-2:]])
+    agent = AgentSettings()
+    async with running_kernel(provider, settings=settings, agent=agent) as kernel:
+        stalled = await kernel.subscribe((await kernel.session("s")).id)
+        async with await RunFollower.start(kernel, prompt("go")) as run:
+            texts: list[str] = []
+            while run.end is None:
+                texts += [e.text for e in await run.next_batch() if isinstance(e, m.TextDelta | m.ReasoningDelta)]
+        assert "".join(texts) == "".join(pieces)  # the healthy follower lost nothing
+        kept = stalled.receive_nowait()
+        assert isinstance(kept[-1], m.SubscriberLagged) and len(kept) <= settings.session.subscriber_buffer + 1
+
+
+def m_chunk(text: str) -> Any:
+    """Reasoning chunks do not merge: a stalled buffer really fills."""
+    from kernel import ReasoningChunk
+
+    return ReasoningChunk(text)
