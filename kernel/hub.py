@@ -117,7 +117,7 @@ class EventHub:
             sub._delivered_seq = after_seq
             missed = self.since(after_seq)
             if missed is None:
-                sub._cut_off("the events after seq %d are no longer retained" % after_seq)
+                sub._cut_off(f"the events after seq {after_seq} are no longer retained")
             else:
                 sub._buffer.extend(missed)
         else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import msgspec
 import pytest
 
@@ -70,7 +71,7 @@ async def test_one_ask_serves_both_questions_and_refuses_stray_answers() -> None
     assert refused.value.code == "invalid_request"
 
     async def answer_soon() -> None:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         with pytest.raises(KernelError) as wrong:
             machine.answer("tool_approval", "other", m_answer(True), "s")
         assert wrong.value.code == "not_found"
