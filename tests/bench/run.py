@@ -31,6 +31,7 @@ BENCHMARKS = {
     "stdio": "tests.bench.bench_stdio",
     "memory": "tests.bench.bench_memory",
     "latency": "tests.bench.bench_latency",
+    "long-answers": "tests.bench.bench_long_answers",
     "http": "tests.bench.bench_http",
 }
 

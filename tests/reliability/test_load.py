@@ -128,9 +128,7 @@ async def test_200_sessions_stream_at_once_and_each_gets_every_delta_in_order() 
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(count_running)
-            started = time.monotonic()
             results = await in_asyncio(lambda: clients(live.ws("openfang"), live.ws("agent-cli"), live.urls["http"]))
-            took = time.monotonic() - started
             tg.cancel_scope.cancel()
     assert sorted(p for p, _ in results) == sorted({p for p, _ in results}) and len(results) == 2 * SESSIONS_PER_DIALECT + HTTP_STREAMS
     # All 200 sockets are open and every prompt goes out at once; the runs overlap as far as
@@ -139,5 +137,4 @@ async def test_200_sessions_stream_at_once_and_each_gets_every_delta_in_order() 
     for prompt, text in results:
         assert text == expected(prompt), prompt  # every delta, in order, nothing foreign
         assert re.fullmatch(rf"({prompt}-\d\d )+", text)
-    # One answer alone takes DELTAS / RATE_PER_S = 1.6 s; 200 at once must not take much longer.
-    assert took < 25, f"200 concurrent streams took {took:.1f}s"
+    # How long this takes is a benchmark's question (tests/bench/bench_latency.py), not a test's.

@@ -4,7 +4,6 @@ what clients accept, even when a writer fell behind and many deltas wait togethe
 from __future__ import annotations
 
 import json
-import time
 
 import anyio
 import pytest
@@ -19,23 +18,21 @@ pytestmark = pytest.mark.anyio
 PIECES = ["z" * 4096] * 1500  # a 6 MB answer in 1500 deltas
 
 
-async def test_a_long_answer_costs_linear_time_in_the_kernel_and_the_openfang_encoder() -> None:
-    """Text accumulated with ``+=`` on an attribute is copied at every delta (quadratic:
-    this answer took seconds); it must take a small fraction of that."""
+async def test_a_long_answer_arrives_whole_through_the_kernel_and_the_openfang_encoder() -> None:
+    """A 6 MB answer in 1500 deltas: every byte arrives, in order, in the deltas and the end.
+    That its cost is linear in its length (``+=`` on an attribute made it quadratic once) is
+    measured by tests/bench/bench_long_answers.py."""
     async with running_kernel(ScriptedProvider([text_turn(*PIECES)])) as kernel:
         await kernel.session("long")
         subscription = await kernel.subscribe("long")
         encoder = TurnEncoder({"p"})
-        started = time.perf_counter()
         await kernel.execute(m.Prompt(session_id="long", text="go", request_id="p"))
         with anyio.fail_after(30):
             async for event in subscription:
                 out = encoder.feed(event)
                 if isinstance(event, m.RunFinished):
                     break
-        elapsed = time.perf_counter() - started
         assert event.text == "".join(PIECES) and out[-1].content == event.text  # type: ignore[union-attr]
-        assert elapsed < 2.0, f"a 6 MB answer took {elapsed:.1f}s"
 
 
 def test_agent_cli_merges_a_backlog_into_frames_clients_accept() -> None:

@@ -238,17 +238,18 @@ async def test_clients_that_never_read_again_do_not_hold_up_the_servers_stop() -
                 while len(kernel.sessions) < 2 or any(s.hub.last_seq < 100 for s in kernel.sessions.values()):
                     await anyio.sleep(0.01)
 
+            rescued = threading.Event()
+
             def last_resort() -> None:  # if the server never lets go, end the test anyway
                 time.sleep(10)
+                rescued.set()
                 for client in stalled:
                     client.sock.close()
 
             threading.Thread(target=last_resort, daemon=True).start()
-            started = time.monotonic()
-        stopped = time.monotonic() - started
         for client in stalled:
             client.close()
-    assert stopped < 2 * 0.3 + 1 + 3, f"the server took {stopped:.1f}s to stop"
+    assert not rescued.is_set(), "the server stopped only because the test closed the stalled clients' sockets"
 
 
 # ------------------------------------------------------------------ stdio

@@ -249,10 +249,10 @@ async def test_http_errors(status: int, code: str) -> None:
 async def test_cut_stream_is_an_error(mode: str) -> None:
     async with fake_openai_server([Reply.cut(after=2, mode=mode)]) as server:  # type: ignore[arg-type]
         async with provider_for(server) as provider:
-            start = time.monotonic()
             error = await fails(provider)
+    # A cut is reported as what it is, at once: not as the 5 s timeout ("timeout") it would
+    # become if the provider kept waiting on the dead stream.
     assert error.code == "provider_error"
-    assert time.monotonic() - start < 3
     assert server.completed == 0
 
 
@@ -270,11 +270,9 @@ async def test_malformed_chunk_is_an_error() -> None:
 async def test_stall_times_out(after: int | None) -> None:
     async with fake_openai_server([Reply.stall(30, after=after)]) as server:
         async with provider_for(server, timeout_s=0.5) as provider:
-            start = time.monotonic()
-            error = await fails(provider)
-            elapsed = time.monotonic() - start
+            error = await fails(provider)  # within collect's 10 s bound: the 30 s stall never ends first
     assert error.code == "timeout"
-    assert 0.4 < elapsed < 3
+    assert server.completed == 0
 
 
 @pytest.mark.anyio

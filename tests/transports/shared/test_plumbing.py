@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from typing import Any
 
 import anyio
@@ -223,11 +222,9 @@ async def test_shutdown_ends_open_sse_stream() -> None:
     router, seen = make_app(config)
     async with running(router, config) as (host, port, shutdown), http(host, port) as client:
         async with client.stream("GET", "/sse/forever") as r:
-            started = time.monotonic()
-            async for line in r.aiter_lines():
-                if line == "data: 1":
+            async for line in r.aiter_lines():  # ends cleanly: the server ended it, before hypercorn's
+                if line == "data: 1":  # graceful timeout would have cut the connection (an error here)
                     shutdown.set()
-        assert time.monotonic() - started < 1.5
         with anyio.fail_after(1):
             await seen["sse_closed"].wait()
 
@@ -359,7 +356,6 @@ async def test_ws_idle_timeout() -> None:
 async def test_shutdown_closes_open_websocket_with_1001(stop_by_cancel: bool) -> None:
     config = ToyConfig(ping_interval_s=20.0)  # hypercorn pings on, as by default
     router, _ = make_app(config)
-    started = time.monotonic()
     async with running(router, config, stop_by_cancel=stop_by_cancel) as (host, port, shutdown):
         opened = threading.Event()  # set from the client thread on trio
         result: dict[str, Any] = {}
@@ -368,12 +364,10 @@ async def test_shutdown_closes_open_websocket_with_1001(stop_by_cancel: bool) ->
             async with ws_connect(f"ws://{host}:{port}/ws/1") as ws:
                 await ws.recv()
                 opened.set()
-                start = time.monotonic()
                 try:
                     await ws.recv()
                 except ConnectionClosed as exc:
                     result["code"] = exc.rcvd.code if exc.rcvd else None
-                result["elapsed"] = time.monotonic() - start
 
         async def run_client() -> None:
             await in_asyncio(client)
@@ -384,6 +378,6 @@ async def test_shutdown_closes_open_websocket_with_1001(stop_by_cancel: bool) ->
                 while not opened.is_set():
                     await anyio.sleep(0.01)
             shutdown.set()
+    # 1001 is the server's own close, sent before it told hypercorn to stop: hypercorn itself
+    # would drop the socket with 1011 only after its graceful timeout.
     assert result["code"] == 1001
-    assert result["elapsed"] < 1.0
-    assert time.monotonic() - started < 4.0  # the server itself stopped, bounded
