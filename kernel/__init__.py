@@ -71,25 +71,42 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from .commands import CommandContext, SlashCommand
-    from .files import WorkspaceFiles
-    from .follow import Follower, RunFollower, RunWatch
-    from .hub import Subscription
-    from .kernel import Kernel, ProviderFactory, gateway_version
-    from .model import ApprovalPolicy, Command, Event, FileAccess, KernelError, Reply
-    from .provider import (
-        Chunk,
-        FinishChunk,
-        FinishReason,
-        Provider,
-        ProviderError,
-        ProviderRequest,
-        ReasoningChunk,
-        TextChunk,
-        ToolCallChunk,
-        ToolSpec,
-        UsageChunk,
-    )
-    from .settings import SECRET_KEYS, AgentSettings, OpenAISettings, Settings, load_settings, mask_secret, mask_secrets
-    from .store import SQLiteStore, Store
-    from .tools import Tool, ToolContext, ToolFailure
+    from .commands import CommandContext as CommandContext
+    from .commands import SlashCommand as SlashCommand
+    from .files import WorkspaceFiles as WorkspaceFiles
+    from .follow import Follower as Follower
+    from .follow import RunFollower as RunFollower
+    from .follow import RunWatch as RunWatch
+    from .hub import Subscription as Subscription
+    from .kernel import Kernel as Kernel
+    from .kernel import ProviderFactory as ProviderFactory
+    from .kernel import gateway_version as gateway_version
+    from .model import ApprovalPolicy as ApprovalPolicy
+    from .model import Command as Command
+    from .model import Event as Event
+    from .model import FileAccess as FileAccess
+    from .model import KernelError as KernelError
+    from .model import Reply as Reply
+    from .provider import Chunk as Chunk
+    from .provider import FinishChunk as FinishChunk
+    from .provider import FinishReason as FinishReason
+    from .provider import Provider as Provider
+    from .provider import ProviderError as ProviderError
+    from .provider import ProviderRequest as ProviderRequest
+    from .provider import ReasoningChunk as ReasoningChunk
+    from .provider import TextChunk as TextChunk
+    from .provider import ToolCallChunk as ToolCallChunk
+    from .provider import ToolSpec as ToolSpec
+    from .provider import UsageChunk as UsageChunk
+    from .settings import SECRET_KEYS as SECRET_KEYS
+    from .settings import AgentSettings as AgentSettings
+    from .settings import OpenAISettings as OpenAISettings
+    from .settings import Settings as Settings
+    from .settings import load_settings as load_settings
+    from .settings import mask_secret as mask_secret
+    from .settings import mask_secrets as mask_secrets
+    from .store import SQLiteStore as SQLiteStore
+    from .store import Store as Store
+    from .tools import Tool as Tool
+    from .tools import ToolContext as ToolContext
+    from .tools import ToolFailure as ToolFailure

@@ -163,14 +163,15 @@ class ApprovalPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     before every tool) is run without a question when its name is in ``allow_tools`` or
     its category in ``allow_categories``; otherwise ``mode`` decides: ``ask`` the client,
     ``approve`` it, or ``reject`` it (the model is told ``reason``). ``turn_limit`` does the
-    same for the turn-limit question: ``ask``, ``continue`` (reset the count) or ``stop``.
+    same for the turn-limit question: ``ask``, ``continue`` (reset the count) or ``stop``;
+    left out, it asks when ``mode`` asks and stops otherwise (nobody is there to ask).
     Each transport chooses the policy its clients can live with (docs/architecture.md).
     """
 
     mode: Literal["ask", "approve", "reject"] = "ask"
     allow_tools: tuple[str, ...] = ()
     allow_categories: tuple[str, ...] = ()
-    turn_limit: Literal["ask", "continue", "stop"] = "ask"
+    turn_limit: Literal["ask", "continue", "stop"] | None = None
     reason: str | None = None
 
     def decides(self, name: str, category: str) -> Literal["ask", "approve", "reject"]:
@@ -178,17 +179,23 @@ class ApprovalPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
             return "approve"
         return self.mode
 
+    def at_turn_limit(self) -> Literal["ask", "continue", "stop"]:
+        if self.turn_limit is not None:
+            return self.turn_limit
+        return "ask" if self.mode == "ask" else "stop"
+
 
 #: A transport's config field for its policy: a table, or a mode as shorthand.
 ApprovalSetting = ApprovalPolicy | Literal["ask", "approve", "reject"]
 
 
 def approval_policy(value: ApprovalSetting, *, reason: str | None = None) -> ApprovalPolicy:
-    """A policy from a transport's config value: a table, or one of its modes as shorthand
-    (``"reject"`` also stops at the turn limit, since nobody can be asked)."""
-    if isinstance(value, ApprovalPolicy):
-        return value
-    return ApprovalPolicy(mode=value, turn_limit="ask" if value == "ask" else "stop", reason=reason)
+    """A policy from a transport's config value: a table, or one of its modes as shorthand.
+    ``reason`` is the default for a policy that gives none."""
+    policy = value if isinstance(value, ApprovalPolicy) else ApprovalPolicy(mode=value)
+    if policy.reason is None and reason is not None:
+        policy = msgspec.structs.replace(policy, reason=reason)
+    return policy
 
 
 class PromptOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

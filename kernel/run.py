@@ -305,7 +305,8 @@ async def _stream(session: Session, provider: Provider, request: ProviderRequest
 
 async def _confirm_turns(session: Session, policy: ApprovalPolicy, ids: Ids, max_turns: int) -> bool:
     """Whether the run may go past the turn limit: the policy decides, or the client."""
-    if policy.turn_limit == "ask":
+    decision = policy.at_turn_limit()
+    if decision == "ask":
         await session.emit(
             TurnLimitReached(
                 **ids,
@@ -317,7 +318,7 @@ async def _confirm_turns(session: Session, policy: ApprovalPolicy, ids: Ids, max
         timeout_s = session.kernel.settings.session.turn_confirmation_timeout_s
         go_on = (await session.machine.ask("turn_limit", None, timeout_s)).yes
     else:
-        go_on = policy.turn_limit == "continue"
+        go_on = decision == "continue"
     if go_on:
         session.turns = 0
     return go_on

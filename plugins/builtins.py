@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .commands.builtin import BUILTIN_COMMANDS
-from .hookspecs import hookimpl
+from .hookspecs import RegisterCommand, RegisterProvider, RegisterTool, hookimpl
 from .tools.builtin import BUILTIN_TOOLS
 
+if TYPE_CHECKING:
+    from kernel import Provider, Settings
 
-def _openai_factory(settings: Any) -> Any:
+
+def _openai_factory(settings: Settings) -> Provider:
+    """The openai package is imported only when a kernel uses this provider."""
     from .providers.openai import provider_factory
 
     return provider_factory(settings)
 
 
 @hookimpl
-def gateway_register_providers(register: Callable[[str, Any], None]) -> None:
+def gateway_register_providers(register: RegisterProvider) -> None:
     from .providers.echo import provider_factory as echo_factory
 
     register("echo", echo_factory)
@@ -25,12 +28,12 @@ def gateway_register_providers(register: Callable[[str, Any], None]) -> None:
 
 
 @hookimpl
-def gateway_register_tools(register: Callable[[Any], None]) -> None:
+def gateway_register_tools(register: RegisterTool) -> None:
     for tool in BUILTIN_TOOLS:
         register(tool)
 
 
 @hookimpl
-def gateway_register_commands(register: Callable[[Any], None]) -> None:
+def gateway_register_commands(register: RegisterCommand) -> None:
     for command in BUILTIN_COMMANDS:
         register(command)

@@ -8,31 +8,40 @@ entry-point group and implements any of these with ``@hookimpl``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pluggy
+
+if TYPE_CHECKING:
+    from kernel import ProviderFactory, SlashCommand, Tool
+    from transports.base import Transport
 
 PROJECT = "gateway"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
+RegisterTransport = Callable[[str, "type[Transport]"], None]
+RegisterProvider = Callable[[str, "ProviderFactory"], None]
+RegisterTool = Callable[["Tool"], None]
+RegisterCommand = Callable[["SlashCommand"], None]
+
 
 @hookspec
-def gateway_register_transports(register: Callable[[str, Any], None]) -> None:
+def gateway_register_transports(register: RegisterTransport) -> None:
     """Call ``register(name, TransportClass)`` for each transport the plugin provides."""
 
 
 @hookspec
-def gateway_register_providers(register: Callable[[str, Any], None]) -> None:
+def gateway_register_providers(register: RegisterProvider) -> None:
     """Call ``register(name, factory)``; ``factory(settings) -> Provider``."""
 
 
 @hookspec
-def gateway_register_tools(register: Callable[[Any], None]) -> None:
-    """Call ``register(tool)`` with a :class:`kernel.tools.Tool` for each tool."""
+def gateway_register_tools(register: RegisterTool) -> None:
+    """Call ``register(tool)`` with a :class:`kernel.Tool` for each tool."""
 
 
 @hookspec
-def gateway_register_commands(register: Callable[[Any], None]) -> None:
-    """Call ``register(command)`` with a :class:`kernel.commands.SlashCommand`."""
+def gateway_register_commands(register: RegisterCommand) -> None:
+    """Call ``register(command)`` with a :class:`kernel.SlashCommand`."""

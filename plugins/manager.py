@@ -12,12 +12,18 @@ import logging
 from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 import pluggy
 
 from . import hookspecs
+
+if TYPE_CHECKING:
+    from kernel import ProviderFactory, SlashCommand, Tool
+    from transports.base import Transport
+
+V = TypeVar("V")
 
 log = logging.getLogger("gateway.plugins")
 
@@ -34,15 +40,15 @@ class Registry:
     """What the plugins registered, by kind and name, and what went wrong."""
 
     def __init__(self) -> None:
-        self.transports: dict[str, Any] = {}
-        self.providers: dict[str, Callable[..., Any]] = {}
-        self.tools: dict[str, Any] = {}
-        self.commands: dict[str, Any] = {}
+        self.transports: dict[str, type[Transport]] = {}
+        self.providers: dict[str, ProviderFactory] = {}
+        self.tools: dict[str, Tool] = {}
+        self.commands: dict[str, SlashCommand] = {}
         self.origins: dict[tuple[str, str], str] = {}
         self.problems: list[PluginProblem] = []
         self.plugins: list[str] = []
 
-    def _add(self, kind: str, table: dict[str, Any], name: str, value: Any, plugin: str) -> None:
+    def _add(self, kind: str, table: dict[str, V], name: object, value: V, plugin: str) -> None:
         if not isinstance(name, str) or not name:
             self.problems.append(PluginProblem(plugin, f"registered a {kind} without a name"))
             return
@@ -70,14 +76,22 @@ def load_plugins(
     pm = new_plugin_manager()
     registry = Registry()
     for module_name in builtin_modules:
-        _register(pm, registry, module_name, lambda name=module_name: importlib.import_module(name))
+        _register(pm, registry, module_name, _importer(module_name))
     if use_entry_points:
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             _register(pm, registry, f"{ep.name} ({ep.value})", ep.load)
     for obj in extra:
-        _register(pm, registry, getattr(obj, "__name__", repr(obj)), lambda obj=obj: obj)
+        _register(pm, registry, getattr(obj, "__name__", repr(obj)), _given(obj))
     _collect(pm, registry)
     return registry
+
+
+def _importer(name: str) -> Callable[[], object]:
+    return lambda: importlib.import_module(name)
+
+
+def _given(obj: object) -> Callable[[], object]:
+    return lambda: obj
 
 
 def _register(pm: pluggy.PluginManager, registry: Registry, label: str, load: Callable[[], Any]) -> None:
@@ -90,18 +104,35 @@ def _register(pm: pluggy.PluginManager, registry: Registry, label: str, load: Ca
     registry.plugins.append(label)
 
 
+def _registrars(registry: Registry, plugin: str) -> dict[str, Callable[..., None]]:
+    """The ``register`` callback each hook gets, bound to the plugin that calls it."""
+
+    def transport(name: str, cls: type[Transport]) -> None:
+        registry._add("transport", registry.transports, name, cls, plugin)
+
+    def provider(name: str, factory: ProviderFactory) -> None:
+        registry._add("provider", registry.providers, name, factory, plugin)
+
+    def tool(value: Tool) -> None:
+        registry._add("tool", registry.tools, getattr(value, "name", ""), value, plugin)
+
+    def command(value: SlashCommand) -> None:
+        registry._add("command", registry.commands, getattr(value, "name", ""), value, plugin)
+
+    return {
+        "gateway_register_transports": transport,
+        "gateway_register_providers": provider,
+        "gateway_register_tools": tool,
+        "gateway_register_commands": command,
+    }
+
+
 def _collect(pm: pluggy.PluginManager, registry: Registry) -> None:
-    hooks: list[tuple[str, str, dict[str, Any], Callable[..., Callable[..., None]]]] = [
-        ("gateway_register_transports", "transport", registry.transports, lambda t, p: lambda name, cls: registry._add("transport", t, name, cls, p)),
-        ("gateway_register_providers", "provider", registry.providers, lambda t, p: lambda name, factory: registry._add("provider", t, name, factory, p)),
-        ("gateway_register_tools", "tool", registry.tools, lambda t, p: lambda tool: registry._add("tool", t, getattr(tool, "name", ""), tool, p)),
-        ("gateway_register_commands", "command", registry.commands, lambda t, p: lambda cmd: registry._add("command", t, getattr(cmd, "name", ""), cmd, p)),
-    ]
-    for hook_name, kind, table, make_register in hooks:
+    for hook_name in ("gateway_register_transports", "gateway_register_providers", "gateway_register_tools", "gateway_register_commands"):
         caller = getattr(pm.hook, hook_name)
         # get_hookimpls lists plugins in registration order: built-ins claim names first.
         for impl in caller.get_hookimpls():
             try:
-                impl.function(register=make_register(table, impl.plugin_name))
+                impl.function(register=_registrars(registry, impl.plugin_name)[hook_name])
             except Exception as exc:
                 registry.problems.append(PluginProblem(impl.plugin_name, f"{hook_name} raised {type(exc).__name__}: {exc}"))

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-from .hookspecs import hookimpl
+from .hookspecs import RegisterTool, hookimpl
 from .tools.memory import MEMORY_TOOLS
 
 
 @hookimpl
-def gateway_register_tools(register: Callable[[Any], None]) -> None:
+def gateway_register_tools(register: RegisterTool) -> None:
     for tool in MEMORY_TOOLS:
         register(tool)
