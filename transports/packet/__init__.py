@@ -13,28 +13,43 @@ backend thread and talks to it with packets::
 
 Inside ``gateway serve --transport packet``, :func:`connect` gives such code a
 handle on the running gateway's kernel instead. See ``docs/packet.md``.
+
+Names load on first use, so importing the codec loads no event loop. The embedding
+API (``BackendServer``, ``default_kernel_factory``) is a composition root and lives in
+:mod:`gateway.embedded`; it is re-exported here, the one place a transport names the
+gateway, because this is where the document's programs import it from.
 """
 
-from .client import BackendClient
-from .codec import Packet, PacketResponse, PacketType
-from .server import (
-    BackendServer,
-    ConnectedServer,
-    PacketConfig,
-    PacketTransport,
-    connect,
-    default_kernel_factory,
-)
+from __future__ import annotations
 
-__all__ = [
-    "BackendClient",
-    "BackendServer",
-    "ConnectedServer",
-    "Packet",
-    "PacketConfig",
-    "PacketResponse",
-    "PacketTransport",
-    "PacketType",
-    "connect",
-    "default_kernel_factory",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_MODULES: dict[str, tuple[str, ...]] = {
+    "transports.packet.client": ("BackendClient",),
+    "transports.packet.config": ("PacketConfig",),
+    "transports.packet.server": ("ConnectedServer", "PacketTransport", "connect"),
+    "transports.packet.wire": ("Packet", "PacketResponse", "PacketType"),
+    "gateway.embedded": ("BackendServer", "default_kernel_factory"),
+}
+_WHERE = {name: module for module, names in _MODULES.items() for name in names}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'transports.packet' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from gateway.embedded import BackendServer, default_kernel_factory
+
+    from .client import BackendClient
+    from .config import PacketConfig
+    from .server import ConnectedServer, PacketTransport, connect
+    from .wire import Packet, PacketResponse, PacketType

@@ -18,11 +18,11 @@ from typing import Any
 import anyio
 import msgspec
 
-from kernel import Follower, Kernel, KernelError
+from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
 
 from . import codec
-from .codec import Answer
+from .wire import Answer
 
 log = logging.getLogger("gateway.packet")
 
@@ -32,14 +32,16 @@ class PacketBackend:
         self,
         kernel: Kernel,
         *,
+        policy: m.ApprovalPolicy,
         session_id: str = "packet",
-        agent_id: str | None = None,
+        agent: str | None = None,
         facts: Callable[[], dict[str, Any]] | None = None,
         abandon_grace_s: float = 5.0,
     ) -> None:
         self.kernel = kernel
+        self.policy = policy
         self.session_id = session_id
-        self.agent_id = agent_id
+        self.agent_id = kernel.agent(agent).agent_id() if agent else None
         self.facts = facts or dict
         self.abandon_grace_s = abandon_grace_s
         self.closing = False
@@ -49,8 +51,8 @@ class PacketBackend:
         self._idle.set()
 
     async def open(self) -> None:
-        """Create (or load) the conversation's session up front."""
-        await self.kernel.session(self.session_id, self.agent_id)
+        """Create (or load) the conversation's session, with its agent."""
+        await self.kernel.execute(m.OpenSession(session_id=self.session_id, agent_id=self.agent_id))
 
     async def handle(self, packet_type: Any, body: Any) -> Answer:
         """Answer one packet; never raises (a cancelled caller aside)."""
@@ -82,7 +84,7 @@ class PacketBackend:
             if isinstance(request, m.Prompt):
                 return await self._message(request)
             if isinstance(request, (m.ExecuteTool, m.GetHistory, m.SaveHistory)):
-                await self.kernel.session(self.session_id, self.agent_id)
+                await self.open()  # these would make a session of the default agent
             reply = await self.kernel.execute(request)
             if isinstance(reply, m.StatusReport):
                 return codec.ok(codec.status_data(reply, self.kernel.settings_view(), self.facts()))
@@ -100,48 +102,24 @@ class PacketBackend:
             if self.closing:
                 return codec.fail(codec.SHUT_DOWN)
             prompt = msgspec.structs.replace(prompt, agent_id=self.agent_id)
-            await self.kernel.session(self.session_id, self.agent_id)
-            collector = codec.RunCollector(prompt.request_id or "")
-            # Subscribe before the prompt so that no event of the run can be missed.
-            follower = await Follower.open(self.kernel, self.session_id, stop_on_loss=True)
-            try:
-                await self.kernel.execute(prompt)
-                answer = await _until_answer(follower, collector)
-            except anyio.get_cancelled_exc_class():
-                with anyio.CancelScope(shield=True):
-                    await self._abandon(follower, collector)
-                raise
-            finally:
-                follower.close()
-            if answer is None or (self.closing and not answer["success"]):
+            async with await RunFollower.start(self.kernel, prompt, policy=self.policy) as run:
+                collector = codec.RunCollector()
+                answer: Answer | None = None
+                try:
+                    while answer is None:  # the run's last event (its end) gives the answer
+                        for event in await run.next_batch():
+                            answer = collector.feed(event)
+                except anyio.get_cancelled_exc_class():
+                    with anyio.CancelScope(shield=True):
+                        await self._abandon(run)
+                    raise
+            if self.closing and not answer["success"]:
                 return codec.fail(f"{codec.SHUT_DOWN}: the message was interrupted")
             return answer
 
-    async def _abandon(self, follower: Follower, collector: codec.RunCollector) -> None:
-        """The caller gave up (timeout): interrupt our run, now or when it starts, and
-        wait (bounded) for its end so the next message starts on a quiet session."""
-        session = self.kernel.sessions.get(self.session_id)
-        if session is None or collector.finished:
-            return
+    async def _abandon(self, run: RunFollower) -> None:
+        """The caller gave up (timeout): interrupt our run (even while it is queued) and
+        wait (bounded) for its end, so the next message starts on a quiet session."""
         with anyio.move_on_after(self.abandon_grace_s):
-            while not collector.finished:
-                active = session.active
-                if active is not None and active.job.request_id == collector.request_id:
-                    session.interrupt()
-                batch = await follower.next_batch()
-                if not batch or isinstance(batch[-1], m.SubscriberLagged):
-                    return
-                for event in batch:
-                    collector.feed(event)
-
-
-async def _until_answer(follower: Follower, collector: codec.RunCollector) -> Answer | None:
-    """Feed the run's events to the collector until it has the answer (None: session closed)."""
-    while batch := await follower.next_batch():
-        for event in batch:
-            if isinstance(event, m.SubscriberLagged):
-                raise KernelError("internal", "lost events of the run: they are no longer retained")
-            answer = collector.feed(event)
-            if answer is not None:
-                return answer
-    return None
+            if await run.interrupt():
+                await run.wait()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from .codec import Packet, PacketType
+from .wire import Packet, PacketType
 
 
 class BackendClient:

@@ -1,23 +1,29 @@
 """Sans-IO codec of the Packet dialect (an in-process queue API for sync Python apps).
 
 Packet type + body in -> a kernel command (or an error answer); kernel replies and
-run events in -> the uniform answer ``{"success": true, "data": {...}}`` /
+one run's events in -> the uniform answer ``{"success": true, "data": {...}}`` /
 ``{"success": false, "error": "..."}``. Pure: no threads, no event loop, no kernel
-calls, so the whole dialect is testable on plain data. Packet types are matched by
-their *value*, so a program with its own ``PacketType``/``Packet`` classes works.
+calls, so the whole dialect is testable on plain data. The shapes are in
+:mod:`.wire`; packet types are matched by their *value*.
 """
 
 from __future__ import annotations
 
-import queue
-import time
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
 from kernel import model as m
+from transports.shared.jsonwire import decode_json
+
+from .wire import (
+    KINDS,
+    Answer,
+    ExecuteToolBody,
+    ProcessMessageBody,
+    SaveHistoryBody,
+    SetSettingsBody,
+)
 
 HISTORY_LIMIT = 500
 TIMEOUT = "timeout"
@@ -36,55 +42,6 @@ ECHO_NOTICE = (
 )
 
 
-class PacketType(Enum):
-    PROCESS_MESSAGE = "process_message"
-    EXECUTE_TOOL = "execute_tool"
-    GET_STATUS = "get_status"
-    GET_SETTINGS = "get_settings"
-    SET_SETTINGS = "set_settings"
-    GET_HISTORY = "get_history"
-    SAVE_HISTORY = "save_history"
-    SHUTDOWN = "shutdown"
-
-
-KINDS = frozenset(t.value for t in PacketType)
-
-
-@dataclass
-class Packet:
-    """A request (or, from ``send``, its answer: same id and type, the answer as ``body``)."""
-
-    id: str
-    type: Any
-    body: dict[str, Any] = field(default_factory=dict)
-    response_queue: queue.Queue[Any] | None = None
-    created_at: float = field(default_factory=time.time)
-
-
-@dataclass
-class PacketResponse:
-    id: str
-    success: bool
-    data: Any = None
-    error: str | None = None
-
-    @classmethod
-    def from_answer(cls, packet_id: str, answer: dict[str, Any]) -> PacketResponse:
-        return cls(id=packet_id, success=bool(answer.get("success")), data=answer.get("data"), error=answer.get("error"))
-
-
-class Answer(dict):  # type: ignore[type-arg]
-    """The uniform answer. A missing key is looked up in ``data``, so code written as
-    ``result["content"]`` (as in the document's basic example) works as well as
-    ``result["data"]["content"]``; the dict itself (and its JSON) keeps the uniform form."""
-
-    def __missing__(self, key: str) -> Any:
-        data = dict.get(self, "data")
-        if isinstance(data, dict) and key in data:
-            return data[key]
-        raise KeyError(key)
-
-
 def ok(data: dict[str, Any]) -> Answer:
     return Answer(success=True, data=data)
 
@@ -99,34 +56,7 @@ def packet_kind(packet_type: Any) -> str | None:
     return value if isinstance(value, str) and value in KINDS else None
 
 
-# ---------------------------------------------------------------- request bodies
-
-
-class _Body(msgspec.Struct, kw_only=True):
-    pass
-
-
-class ProcessMessageBody(_Body):
-    user_input: str
-
-
-class ExecuteToolBody(_Body):
-    tool_name: str
-    arguments: dict[str, Any] | None = None
-
-
-class SetSettingsBody(_Body):
-    api_config: dict[str, Any] | None = None
-    tool_limits: dict[str, Any] | None = None
-
-
-class HistoryEntry(_Body):
-    role: Literal["user", "assistant", "system"]
-    content: str
-
-
-class SaveHistoryBody(_Body):
-    messages: list[HistoryEntry]
+# ---------------------------------------------------------------- requests
 
 
 class Shutdown(msgspec.Struct, frozen=True):
@@ -145,7 +75,7 @@ def decode(packet_type: Any, body: Any, *, session_id: str, request_id: str) -> 
         body = {}
     if not isinstance(body, dict):
         return fail(f"invalid {kind} body: expected an object, got {type(body).__name__}")
-    ids = {"session_id": session_id, "request_id": request_id}
+    ids: dict[str, Any] = {"session_id": session_id, "request_id": request_id}
     try:
         if kind == "process_message":
             text = msgspec.convert(body, ProcessMessageBody).user_input
@@ -220,7 +150,8 @@ def reply_answer(kind: str, reply: m.Reply) -> Answer:
         return ok(settings_data(reply.settings))
     if isinstance(reply, m.HistoryView):
         return ok({"history": history_data(reply.messages)})
-    if kind == "save_history" and isinstance(reply, m.Done):
+    if kind == "save_history" and isinstance(reply, (m.Done, m.Accepted)):
+        # Accepted: queued behind the running message, applied when it ends (before the next).
         return ok({"status": "history_saved"})
     return fail(f"unexpected kernel reply {type(reply).__name__}")
 
@@ -266,30 +197,26 @@ def status_data(report: m.StatusReport, view: dict[str, Any], facts: dict[str, A
 
 
 class RunCollector:
-    """Folds one run's events (those with our ``request_id``) into the process_message answer."""
+    """Folds one run's events into the process_message answer.
 
-    def __init__(self, request_id: str) -> None:
-        self.request_id = request_id
-        self.run_id: str | None = None
+    It is fed what :class:`kernel.RunFollower` hands out (that run's events only, in
+    order, ending with its ``run_finished``/``run_failed``), so it does no filtering.
+    """
+
+    def __init__(self) -> None:
         self._calls: dict[str, dict[str, Any]] = {}
-        self.finished = False
 
     def feed(self, event: m.Event) -> Answer | None:
         """The final answer once the run ended, else None."""
-        if getattr(event, "request_id", None) != self.request_id or isinstance(event, m.ContextCleared):
-            return None
-        if isinstance(event, m.RunStarted):
-            self.run_id = event.run_id
-        elif isinstance(event, m.ToolCallStarted):
+        if isinstance(event, m.ToolCallStarted):
             self._calls[event.call_id] = {"name": event.name, "arguments": _arguments(event.arguments), "result": None}
         elif isinstance(event, m.ToolResult):
             call = self._calls.get(event.call_id)
-            if event.rejected:
+            if event.outcome in m.REFUSED_OUTCOMES:  # listed in the run's rejected_tools instead
                 self._calls.pop(event.call_id, None)
             elif call is not None:
                 call["result"] = event.result
         elif isinstance(event, m.RunFinished):
-            self.finished = True
             if event.interrupted:
                 return fail("interrupted before the answer was complete")
             return ok(
@@ -301,7 +228,6 @@ class RunCollector:
                 }
             )
         elif isinstance(event, m.RunFailed):
-            self.finished = True
             return fail(event.error.message)
         return None
 
@@ -309,7 +235,7 @@ class RunCollector:
 def _arguments(text: str) -> Any:
     """The model's JSON arguments as a dict; text that is not a JSON object stays text."""
     try:
-        value = msgspec.json.decode(text or "{}")
+        value = decode_json(text or "{}")
     except msgspec.DecodeError:
         return text
     return value if isinstance(value, dict) else text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -29,20 +30,32 @@ ALL_TOOLS = (*BUILTIN_TOOLS, *MEMORY_TOOLS)
 
 
 class SlowEcho:
-    """Echoes the last user message; a message starting with ``slow`` streams one word
-    per ``slow_s`` seconds (long enough to time out or be shut down mid-stream)."""
+    """Echoes the last user message. A message starting with ``slow`` is held: its turn
+    runs (it can time out, be interrupted or shut down) and streams only once
+    ``release`` is set. ``log`` records, in order, each held turn's ``start`` and how
+    it ended: ``done`` (streamed) or ``stopped`` (cancelled while held)."""
 
     name = "slow-echo"
     model = "slow-echo"
 
-    def __init__(self, slow_s: float = 0.5) -> None:
-        self.slow_s = slow_s
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.held = threading.Event()  # set once a held turn runs
+        self.log: list[tuple[str, str]] = []
 
     async def stream(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]:
         text = request.messages[-1].content
+        if text.startswith("slow"):
+            self.log.append(("start", text))
+            self.held.set()
+            try:
+                while not self.release.is_set():
+                    await anyio.sleep(0.01)
+            except anyio.get_cancelled_exc_class():
+                self.log.append(("stopped", text))
+                raise
+            self.log.append(("done", text))
         for word in re.findall(r"\S+\s*", f"echo: {text}"):
-            if text.startswith("slow"):
-                await anyio.sleep(self.slow_s)
             yield TextChunk(word)
         yield UsageChunk(Usage(input_tokens=1, output_tokens=1))
         yield FinishChunk("stop")

@@ -9,17 +9,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel import KernelError
+from kernel import KernelError, RunWatch
 from kernel import model as m
 from transports.packet import codec
-from transports.packet.codec import (
-    Answer,
-    PacketResponse,
-    PacketType,
-    RunCollector,
-    decode,
-    packet_kind,
-)
+from transports.packet.codec import Answer, RunCollector, decode, packet_kind
+from transports.packet.wire import PacketResponse, PacketType
 
 IDS = {"session_id": "packet", "request_id": "r1"}
 
@@ -90,8 +84,9 @@ def test_answer_shape() -> None:
 
 
 def _run(*events: m.Event) -> list[Answer | None]:
-    collector = RunCollector("r1")
-    return [collector.feed(e) for e in events]
+    """The collector fed as the run follower feeds it: only the events of request r1's run."""
+    watch, collector = RunWatch("r1"), RunCollector()
+    return [collector.feed(e) if watch.feed(e) else None for e in events]
 
 
 def test_run_collector_transcript() -> None:
@@ -103,9 +98,9 @@ def test_run_collector_transcript() -> None:
         m.ToolCallStarted(**ids, call_id="c1", name="memory_commit", arguments='{"subject": "a"}'),
         m.ToolResult(**ids, call_id="c1", name="memory_commit", result="ok"),
         m.ToolCallStarted(**ids, call_id="c2", name="persona_get", arguments="{}"),
-        m.ToolResult(**ids, call_id="c2", name="persona_get", result="tool call rejected: limit", is_error=True, rejected=True),
+        m.ToolResult(**ids, call_id="c2", name="persona_get", result="tool call rejected: limit", outcome="limit_reached", is_error=True, rejected=True),
         m.ToolCallStarted(**ids, call_id="c3", name="t", arguments="not json"),
-        m.ToolResult(**ids, call_id="c3", name="t", result="tool error: bad", is_error=True),
+        m.ToolResult(**ids, call_id="c3", name="t", result="tool error: bad", outcome="error", is_error=True),
         m.RunFinished(**other, text="not ours"),
         m.RunFinished(**ids, text="done", rejected_tools=(("persona_get", "tool call rejected: limit"),)),
     )
@@ -185,10 +180,11 @@ def test_decode_never_raises(packet_type: Any, body: Any) -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["r1", "r2"]), st.sampled_from(["a", "b"]), st.text(max_size=20), st.booleans()), max_size=8))
 def test_collector_never_raises(calls: list[tuple[str, str, str, bool]]) -> None:
-    collector = RunCollector("r1")
+    collector = RunCollector()
     for request_id, call_id, text, rejected in calls:
         ids = {"session_id": "s", "run_id": "x", "request_id": request_id}
         assert collector.feed(m.ToolCallStarted(**ids, call_id=call_id, name="t", arguments=text)) is None
-        assert collector.feed(m.ToolResult(**ids, call_id=call_id, name="t", result=text, rejected=rejected)) is None
+        outcome = "rejected" if rejected else "ok"
+        assert collector.feed(m.ToolResult(**ids, call_id=call_id, name="t", result=text, outcome=outcome, rejected=rejected)) is None
     answer = collector.feed(m.RunFinished(session_id="s", run_id="x", request_id="r1", text="t"))
     assert answer is not None and answer["success"] is True

@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 from anyio.from_thread import start_blocking_portal
 
+from gateway.embedded import DEFAULT_BASE_URL, DEFAULT_MODEL
+from kernel import model as m
 from kernel.settings import DEFAULT_TOOL_LIMITS, ENV_OVERRIDES
-from kernel.testing import ScriptedProvider, text_turn
+from kernel.testing import ScriptedProvider, text_turn, tool_turn
 from tests.fakes.openai_server import Reply, fake_openai_server
 from transports.packet import BackendClient, BackendServer, Packet, PacketType
-from transports.packet.server import DEFAULT_BASE_URL, DEFAULT_MODEL
 
 from ._support import SlowEcho, calls_turn, kernel_factory
 
@@ -53,9 +54,8 @@ def running(server: BackendServer, **start: Any) -> Iterator[BackendServer]:
 
 
 def wait_for_active_run(client: BackendClient) -> None:
-    deadline = time.monotonic() + 5
+    """Until the status counts the running message (the test's timeout bounds the wait)."""
     while client.get_status()["data"]["config"]["active_runs"] != 1:
-        assert time.monotonic() < deadline, "the run never started"
         time.sleep(0.01)
 
 
@@ -185,29 +185,30 @@ def test_twenty_threads_at_once(tmp_path: Path, loop: str) -> None:
 
 
 def test_a_slow_turn_does_not_block_status_or_tools(tmp_path: Path, loop: str) -> None:
-    with running(make_server(tmp_path, loop, SlowEcho(slow_s=0.5))) as server:
+    provider = SlowEcho()
+    with running(make_server(tmp_path, loop, provider)) as server:
         client = BackendClient(server)
         answers: list[dict[str, Any]] = []
         worker = threading.Thread(target=lambda: answers.append(client.process_message("slow one two three four")))
         worker.start()
-        wait_for_active_run(client)
-        started = time.monotonic()
+        provider.held.wait()
         assert client.get_status()["data"]["running"] is True
         assert client.execute_tool("current_time")["success"] is True
         assert client.get_settings()["success"] is True
-        # The turn takes ~3 s (6 words x 0.5 s); all three answered while it still runs.
+        # The turn is held until released: all three were answered while it still runs.
         assert worker.is_alive() and not answers
-        assert time.monotonic() - started < 1.5
-        worker.join(10)
+        assert client.get_status()["data"]["config"]["active_runs"] == 1
+        provider.release.set()
+        worker.join()
         assert answers[0]["data"]["content"] == "echo: slow one two three four"
+        assert provider.log == [("start", "slow one two three four"), ("done", "slow one two three four")]
 
 
 def test_timeout_leaves_the_backend_healthy(tmp_path: Path, loop: str) -> None:
-    with running(make_server(tmp_path, loop, SlowEcho(slow_s=0.5), timeout_s=0.4)) as server:
+    provider = SlowEcho()  # never released: only the timeout can answer a held turn
+    with running(make_server(tmp_path, loop, provider, timeout_s=0.4)) as server:
         client = BackendClient(server)
-        started = time.monotonic()
         assert client.process_message("slow a b c d e f g") == {"success": False, "error": "timeout"}
-        assert time.monotonic() - started < 1.5
         packet = Packet(id="p1", type=PacketType.PROCESS_MESSAGE, body={"user_input": "slow again and again"})
         answer = server.send(packet, timeout=0.2)
         assert (answer.id, answer.body) == ("p1", {"success": False, "error": "timeout"})
@@ -216,30 +217,57 @@ def test_timeout_leaves_the_backend_healthy(tmp_path: Path, loop: str) -> None:
         assert client.get_status()["data"]["config"]["active_runs"] == 0
         contents = [h["content"] for h in client.get_history() if h["role"] == "user"]
         assert contents == ["slow a b c d e f g", "slow again and again", "fast"]
+        # Each abandoned turn was stopped before the next message reached the model.
+        assert provider.log == [
+            ("start", "slow a b c d e f g"),
+            ("stopped", "slow a b c d e f g"),
+            ("start", "slow again and again"),
+            ("stopped", "slow again and again"),
+        ]
 
 
 def test_shutdown_while_a_message_is_in_flight(tmp_path: Path, loop: str) -> None:
-    server = make_server(tmp_path, loop, SlowEcho(slow_s=1.0))
+    provider = SlowEcho()  # never released: the held turn ends only when shutdown interrupts it
+    server = make_server(tmp_path, loop, provider)
     server.start()
     thread = server._thread
     client = BackendClient(server)
     answers: dict[str, dict[str, Any]] = {}
     first = threading.Thread(target=lambda: answers.setdefault("slow", client.process_message("slow words that take a while")))
     first.start()
-    wait_for_active_run(client)
+    provider.held.wait()
     second = threading.Thread(target=lambda: answers.setdefault("queued", client.process_message("queued")))
     second.start()
-    time.sleep(0.1)
-    started = time.monotonic()
+    portal, backend = server._portal, server._backend
+    assert portal is not None and backend is not None
+    while portal.call(lambda: backend._turns.statistics().tasks_waiting) == 0:  # until the second waits behind the first
+        time.sleep(0.01)
     server.shutdown()
-    assert time.monotonic() - started < 3
-    first.join(5)
-    second.join(5)
+    first.join()
+    second.join()
+    assert provider.log == [("start", "slow words that take a while"), ("stopped", "slow words that take a while")]
     assert answers["slow"] == {"success": False, "error": "the backend is shut down: the message was interrupted"}
     assert answers["queued"] == SHUT_DOWN
     assert thread is not None and not thread.is_alive()
     assert client.get_status() == SHUT_DOWN
     server.shutdown()  # idempotent
+
+
+def test_a_history_save_during_a_message_is_applied_after_it(tmp_path: Path, loop: str) -> None:
+    provider = SlowEcho()
+    with running(make_server(tmp_path, loop, provider)) as server:
+        client = BackendClient(server)
+        answers: list[dict[str, Any]] = []
+        worker = threading.Thread(target=lambda: answers.append(client.process_message("slow reply")))
+        worker.start()
+        provider.held.wait()
+        assert client.save_history([{"role": "user", "content": "saved meanwhile"}]) == {"status": "history_saved"}
+        provider.release.set()
+        worker.join()
+        assert answers[0]["data"]["content"] == "echo: slow reply"
+        assert client.process_message("next")["data"]["content"] == "echo: next"
+        contents = [h["content"] for h in client.get_history()]
+        assert contents == ["slow reply", "echo: slow reply", "saved meanwhile", "next", "echo: next"]
 
 
 def test_settings_are_persisted_across_a_restart(tmp_path: Path, loop: str) -> None:
@@ -384,3 +412,44 @@ def test_memory_survives_a_restart_and_a_new_conversation(tmp_path: Path, loop: 
         bad = client.execute_tool("memory_commit", {"subject": "用户"})
         assert bad["success"] is False
         assert bad["error"].startswith("tool error: invalid arguments for memory_commit: Object missing required field `relation`")
+
+
+WRITE_NOTES = json.dumps({"path": "notes.txt", "content": "remember tea"})
+
+
+def test_a_tool_that_needs_approval_is_rejected_by_default(tmp_path: Path, loop: str) -> None:
+    """Nobody can be asked through the packet API: the default policy refuses the call
+    at once (without it, the turn would wait for the kernel's 300 s approval timeout)."""
+    provider = ScriptedProvider([tool_turn("write_file", WRITE_NOTES), text_turn("I could not write it")])
+    with running(make_server(tmp_path, loop, provider)) as server:
+        answer = BackendClient(server).process_message("write my notes")
+    assert answer["success"] is True, answer
+    reason = "the user declined to run write_file (the packet API cannot ask for approval; set [transports.packet] tool_approval)"
+    assert answer["data"] == {
+        "success": True,
+        "content": "I could not write it",
+        "tool_calls": [],
+        "rejected_tools": [["write_file", f"tool call rejected: {reason}"]],
+    }
+    tool_message = provider.requests[1].messages[-1]
+    assert (tool_message.role, tool_message.outcome) == ("tool", "rejected")
+    assert not (tmp_path / "notes.txt").exists()
+
+
+def test_tool_approval_approve_runs_the_tool(tmp_path: Path, loop: str) -> None:
+    provider = ScriptedProvider([tool_turn("write_file", WRITE_NOTES), text_turn("written")])
+    with running(make_server(tmp_path, loop, provider, tool_approval="approve")) as server:
+        answer = BackendClient(server).process_message("write my notes")
+    assert answer["data"]["tool_calls"] == [
+        {"name": "write_file", "arguments": json.loads(WRITE_NOTES), "result": "wrote 12 bytes to notes.txt"}
+    ]
+    assert answer["data"]["rejected_tools"] == []
+    assert provider.requests[1].messages[-1].outcome == "ok"
+    assert (tmp_path / "notes.txt").read_text() == "remember tea"
+
+
+def test_tool_approval_must_not_ask(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="cannot ask its caller"):
+        make_server(tmp_path, "asyncio", tool_approval="ask")
+    with pytest.raises(ValueError, match="cannot ask its caller"):
+        make_server(tmp_path, "asyncio", tool_approval=m.ApprovalPolicy(mode="reject", turn_limit="ask"))

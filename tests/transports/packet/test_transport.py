@@ -6,6 +6,7 @@ import anyio
 import anyio.to_thread
 import pytest
 
+from kernel import model as m
 from kernel.testing import running_kernel
 from plugins.manager import load_plugins
 from plugins.providers.echo import EchoProvider
@@ -17,6 +18,7 @@ from transports.packet import (
     PacketTransport,
     connect,
 )
+from transports.packet.config import REASON, approval_policy
 
 from ._support import ALL_TOOLS, SlowEcho
 
@@ -30,6 +32,18 @@ def test_registered_as_a_transport() -> None:
     assert (config.endpoint, config.session_id, config.timeout_s) == ("app", "packet", 5)
     with pytest.raises(ValueError, match=r"\[transports.packet\]"):
         load_config(PacketTransport, {"port": 1})
+
+
+def test_tool_approval_is_a_policy_that_never_asks() -> None:
+    assert load_config(PacketTransport, {}).tool_approval == "reject"
+    assert approval_policy("reject") == m.ApprovalPolicy(mode="reject", reason=REASON)
+    assert approval_policy("reject").at_turn_limit() == "stop"
+    table = {"mode": "reject", "allow_tools": ["write_file"]}
+    config = load_config(PacketTransport, {"tool_approval": table})
+    assert approval_policy(config.tool_approval) == m.ApprovalPolicy(mode="reject", allow_tools=("write_file",), reason=REASON)
+    for asking in ("ask", {"mode": "approve", "turn_limit": "ask"}):
+        with pytest.raises(ValueError, match=r"\[transports.packet\]: tool_approval: the packet API cannot ask its caller"):
+            load_config(PacketTransport, {"tool_approval": asking})
 
 
 async def test_connect_to_a_served_kernel() -> None:
@@ -63,7 +77,8 @@ async def test_connect_to_a_served_kernel() -> None:
 
 
 async def test_stopping_the_gateway_answers_waiting_callers() -> None:
-    async with running_kernel(SlowEcho(slow_s=1.0)) as kernel, anyio.create_task_group() as tg:
+    provider = SlowEcho()  # never released: the message ends only when the gateway stops
+    async with running_kernel(provider) as kernel, anyio.create_task_group() as tg:
         config = load_config(PacketTransport, {"endpoint": "test-stop"})
         scope = anyio.CancelScope()
 
@@ -81,10 +96,10 @@ async def test_stopping_the_gateway_answers_waiting_callers() -> None:
                 answers.append(await anyio.to_thread.run_sync(server.process_message, "slow and long"))
 
             callers.start_soon(caller)
-            while not any(s.active for s in kernel.sessions.values()):
-                await anyio.sleep(0.01)
+            await anyio.to_thread.run_sync(provider.held.wait)
             scope.cancel()
         assert answers == [{"success": False, "error": "the backend is shut down"}]
+        assert provider.log == [("start", "slow and long"), ("stopped", "slow and long")]
         assert await anyio.to_thread.run_sync(BackendClient(server).get_status) == {
             "success": False,
             "error": "no packet endpoint 'test-stop' is being served",
