@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import anyio
 import msgspec
@@ -120,7 +120,7 @@ class LineWriter:
         self._restore()
 
 
-def _set_nonblocking(fd: int):  # type: ignore[no-untyped-def]
+def _set_nonblocking(fd: int) -> Callable[[], None]:
     """Switch ``fd`` to non-blocking and return a function that restores it."""
     try:
         was_blocking = os.get_blocking(fd)

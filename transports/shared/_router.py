@@ -111,7 +111,7 @@ class Router:
             return fn
 
         if handler is not None:
-            add(handler)  # type: ignore[arg-type]
+            add(handler)
         return add
 
     def get(self, pattern: str, *, auth: bool = True) -> Callable[[H], H]:
@@ -139,7 +139,7 @@ class Router:
             return fn
 
         if handler is not None:
-            add(handler)  # type: ignore[arg-type]
+            add(handler)
         return add
 
     # -------------------------------------------------------------- dispatch

@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 import weakref
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -171,10 +171,15 @@ async def serve_asgi(
         await stop.wait()
         await tracker.close_all(timeout_s=1.0)
 
+    serve: Callable[..., Awaitable[None]]
     if sniffio.current_async_library() == "trio":
-        from hypercorn.trio import serve
+        from hypercorn.trio import serve as serve_trio
+
+        serve = serve_trio
     else:
-        from hypercorn.asyncio import serve
+        from hypercorn.asyncio import serve as serve_asyncio
+
+        serve = serve_asyncio
 
     hyper_scope = anyio.CancelScope(shield=True)  # hypercorn stops via trigger, not cancellation
     done = anyio.Event()
