@@ -259,7 +259,7 @@ class RunFollower:
             return False
         assert isinstance(reply, SessionOpened)
         info = reply.session
-        return info.run_id == self.run_id or (info.run_id is None and info.queued > 0)
+        return info.run_id == self.run_id or self.request_id in info.queued_requests
 
     async def wait(self) -> RunFinished | RunFailed:
         """Read the run to its end (its events are dropped): the end."""

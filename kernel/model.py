@@ -447,6 +447,9 @@ class ToolCallStarted(RunEvent, frozen=True, tag="tool_call"):
     access: str = "query"
     # Whether a ``tool_approval_requested`` question follows (the kernel's decision).
     needs_approval: bool = False
+    # The call will not run (an unknown tool, over its limit, invalid arguments, or refused
+    # by a remembered answer or the policy): its ``tool_result`` with the outcome follows.
+    refused: bool = False
 
 
 class ToolApprovalRequested(RunEvent, frozen=True, tag="tool_approval_requested"):
@@ -581,6 +584,7 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     run_id: str | None = None  # the active run
     request_id: str | None = None  # the client's id of the active run
     queued: int = 0  # jobs waiting behind it
+    queued_requests: tuple[str, ...] = ()  # the client's ids of the runs among them
     pending_call_id: str | None = None  # the tool call waiting for approval
     subscribers: int = 0
     model: str = ""  # the model the session's next run uses

@@ -92,6 +92,7 @@ class Session:
             run_id=active.run_id if active is not None else None,
             request_id=active.request_id if active is not None else None,
             queued=len(self._inbox),
+            queued_requests=tuple(j.request_id for j in self._inbox if isinstance(j, RunJob) and j.request_id is not None),
             pending_call_id=self.machine.pending_key,
             subscribers=self.hub.subscriber_count,
             model=self.model,

@@ -102,9 +102,7 @@ class ToolRunner:
     async def run(self, call: ToolCall) -> Message:
         tool = self.tools.get(call.name)
         self.state.tool_calls += 1
-        decision: Decision = "reject" if tool is None else decide(
-            tool, remembered=self.session.remembered.get(tool.name), ask_before=self.ask_before, policy=self.policy
-        )
+        decision, settled, arguments = self._decide(tool, call)
         await self.session.emit(
             ToolCallStarted(
                 **self.ids,
@@ -115,9 +113,14 @@ class ToolRunner:
                 category=tool.category if tool else "general",
                 access=tool.access if tool else "query",
                 needs_approval=decision == "ask",
+                refused=settled is not None,
             )
         )
-        done = await self._execute(tool, call, decision)
+        if settled is not None:
+            done = settled
+        else:
+            assert tool is not None
+            done = await self._approve_and_run(tool, call, decision, arguments)
         limit = self.session.kernel.settings.tools.result_max_chars
         result = done.result
         if len(result) > limit:
@@ -138,26 +141,33 @@ class ToolRunner:
         )
         return Message(role="tool", tool_call_id=call.id, name=call.name, content=result, outcome=done.outcome)
 
-    async def _execute(self, tool: Tool | None, call: ToolCall, decision: Decision) -> ToolExecution:
+    def _decide(self, tool: Tool | None, call: ToolCall) -> tuple[Decision, ToolExecution | None, dict[str, Any]]:
+        """Everything known before the ``tool_call`` event: whether the call will ask, and
+        its outcome already when it will not run (unknown, over its limit, bad arguments,
+        or refused by a remembered answer or the policy)."""
         refused = "tool call rejected: "
         if tool is None:
-            return ToolExecution.failed("rejected", f"unknown tool {call.name!r}", refused)
+            return "reject", ToolExecution.failed("rejected", f"unknown tool {call.name!r}", refused), {}
         reason = self.limiter.admit(tool)
         if reason is not None:
-            return ToolExecution.failed("limit_reached", reason, refused)
+            return "reject", ToolExecution.failed("limit_reached", reason, refused), {}
         try:
             arguments = _decode_args(call.arguments or "{}")
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
             error = f"expected a JSON object ({exc})"
-            return ToolExecution(result=f"invalid arguments for {call.name}: {error}", outcome="invalid_arguments", error=error)
+            return "reject", ToolExecution(result=f"invalid arguments for {call.name}: {error}", outcome="invalid_arguments", error=error), {}
+        remembered = self.session.remembered.get(tool.name)
+        decision = decide(tool, remembered=remembered, ask_before=self.ask_before, policy=self.policy)
+        if decision == "reject":  # a remembered "no" gives no reason; the policy's "no" gives its own
+            why = None if remembered is False else self.policy.reason
+            return decision, ToolExecution.failed("rejected", _declined(call.name, why), refused), arguments
+        return decision, None, arguments
+
+    async def _approve_and_run(self, tool: Tool, call: ToolCall, decision: Decision, arguments: dict[str, Any]) -> ToolExecution:
         if decision == "ask":
             approved, why = await self._ask(tool, call)
-        else:  # a remembered "no" gives no reason; the policy's "no" gives its own
-            approved = decision == "run"
-            why = None if self.session.remembered.get(tool.name) is False else self.policy.reason
-        if not approved:
-            error = f"the user declined to run {call.name}" + (f" ({why})" if why else "")
-            return ToolExecution.failed("rejected", error, refused)
+            if not approved:
+                return ToolExecution.failed("rejected", _declined(call.name, why), "tool call rejected: ")
         return await self.session.kernel.invoke_tool(tool, arguments, self.session)
 
     async def _ask(self, tool: Tool, call: ToolCall) -> tuple[bool, str | None]:
@@ -181,6 +191,10 @@ class ToolRunner:
         if answer.remember:
             session.remembered[tool.name] = answer.yes
         return answer.yes, answer.reason
+
+
+def _declined(name: str, why: str | None) -> str:
+    return f"the user declined to run {name}" + (f" ({why})" if why else "")
 
 
 async def invoke(tool: Tool, arguments: dict[str, Any], context: ToolContext, timeout_s: float) -> ToolExecution:

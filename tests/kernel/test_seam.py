@@ -139,8 +139,11 @@ async def test_interrupt_by_request_id_reaches_a_queued_run() -> None:
     provider = ScriptedProvider([text_turn(*["w "] * 50)], delay_s=0.01)
     async with running_kernel(provider) as kernel:
         first = await RunFollower.start(kernel, prompt("one", request="a"))
+        assert isinstance((await first.next_batch())[0], m.RunStarted)
         second = await RunFollower.start(kernel, prompt("two", request="b"))
         assert second.accepted.queued
+        info = await kernel.execute(m.GetSession(session_id="s"))
+        assert isinstance(info, m.SessionOpened) and info.session.queued_requests == ("b",)
         await kernel.execute(m.Interrupt(session_id="s", target_request_id="b"))  # still waiting
         with pytest.raises(KernelError):
             await kernel.execute(m.Interrupt(session_id="s", target_request_id="nobody"))
@@ -188,7 +191,7 @@ async def test_policies_decide_without_a_question() -> None:
     events, stored = await _outcome_of(m.ApprovalPolicy(mode="reject", reason="no way"), GUARDED)
     call = next(e for e in events if isinstance(e, m.ToolCallStarted))
     result = next(e for e in events if isinstance(e, m.ToolResult))
-    assert not call.needs_approval and not any(isinstance(e, m.ToolApprovalRequested) for e in events)
+    assert not call.needs_approval and call.refused and not any(isinstance(e, m.ToolApprovalRequested) for e in events)
     assert (result.outcome, result.rejected, result.is_error) == ("rejected", True, True)
     assert result.error == "the user declined to run guarded (no way)" and stored.outcome == "rejected"
 
@@ -239,7 +242,7 @@ async def test_run_follower_asks_and_answers() -> None:
             while run.question is None:
                 seen += await run.next_batch()
             call = next(e for e in seen if isinstance(e, m.ToolCallStarted))
-            assert call.needs_approval and isinstance(run.question, m.ToolApprovalRequested)
+            assert call.needs_approval and not call.refused and isinstance(run.question, m.ToolApprovalRequested)
             info = await kernel.execute(m.GetSession(session_id="s"))
             assert isinstance(info, m.SessionOpened) and info.session.pending_call_id == call.call_id
             assert info.session.state == "awaiting_tool_approval" and info.session.request_id == "r1"

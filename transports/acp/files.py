@@ -1,9 +1,9 @@
 """File access through the editor: the kernel's file tools read and write its buffers.
 
 When the editor advertises ``fs.readTextFile`` / ``fs.writeTextFile``, the ACP
-transport sets the kernel session's ``files`` to an :class:`EditorFiles`. Tools
-then see what the user sees, unsaved changes included, and writes land in the
-editor (which can show and undo them). Paths are made absolute against the
+transport gives the kernel session an :class:`EditorFiles` as its file access
+(``ConfigureSession(files=...)``). Tools then see what the user sees, unsaved
+changes included, and writes land in the editor (which can show and undo them). Paths are made absolute against the
 session's working directory and may not leave it, the same confinement the
 on-disk workspace gives. An operation the editor did not advertise goes to the
 fallback (the kernel's workspace on disk).
@@ -16,19 +16,15 @@ from typing import Any, Protocol
 
 import msgspec
 
-from kernel.tools import FileAccess, ToolFailure
+from kernel import FileAccess, ToolFailure
 
-from .codec import EditorError
+from .wire import EditorError, ReadTextFileParams, ReadTextFileResult, WriteTextFileParams
 
 
 class Requester(Protocol):
     """Sends a request to the editor and waits for its result (the ACP connection)."""
 
     async def request(self, method: str, params: Any, *, timeout_s: float) -> Any: ...
-
-
-class _ReadResult(msgspec.Struct):
-    content: str
 
 
 class EditorFiles:
@@ -63,14 +59,10 @@ class EditorFiles:
     async def read_text(self, path: str, *, line: int | None = None, limit: int | None = None) -> str:
         if not self.can_read:
             return await self.fallback.read_text(path, line=line, limit=limit)
-        params: dict[str, Any] = {"sessionId": self.session_id, "path": self.absolute(path)}
-        if line is not None:
-            params["line"] = line
-        if limit is not None:
-            params["limit"] = limit
+        params = ReadTextFileParams(session_id=self.session_id, path=self.absolute(path), line=line, limit=limit)
         result = await self._call("fs/read_text_file", params)
         try:
-            return msgspec.convert(result, _ReadResult).content
+            return msgspec.convert(result, ReadTextFileResult).content
         except msgspec.ValidationError:
             raise ToolFailure(f"the editor's answer to reading {path} has no text content") from None
 
@@ -78,12 +70,12 @@ class EditorFiles:
         if not self.can_write:
             await self.fallback.write_text(path, content)
             return
-        await self._call("fs/write_text_file", {"sessionId": self.session_id, "path": self.absolute(path), "content": content})
+        await self._call("fs/write_text_file", WriteTextFileParams(session_id=self.session_id, path=self.absolute(path), content=content))
 
-    async def _call(self, method: str, params: dict[str, Any]) -> Any:
+    async def _call(self, method: str, params: ReadTextFileParams | WriteTextFileParams) -> Any:
         try:
             return await self.requester.request(method, params, timeout_s=self.timeout_s)
         except TimeoutError:
             raise ToolFailure(f"the editor did not answer {method} within {self.timeout_s:g}s") from None
         except EditorError as exc:
-            raise ToolFailure(f"the editor could not carry out {method} for {params['path']}: {exc.error.message}") from None
+            raise ToolFailure(f"the editor could not carry out {method} for {params.path}: {exc.error.message}") from None

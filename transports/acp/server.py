@@ -4,10 +4,11 @@ The read loop never waits on a handler: every request runs in its own task,
 responses to the gateway's own requests (permission, file access) resolve their
 waiters at once, and ``session/cancel`` is seen while a prompt is open. Each
 session this editor opened has one forwarder that turns its kernel events into
-``session/update`` lines (several ready events in one write) and settles the
-open prompt when its run ends. At EOF the transport answers nothing more of the
-editor's (it is gone), lets runs finish for ``eof_grace_s``, interrupts the
-rest, flushes and returns, so the process exits 0.
+``session/update`` lines (several ready events in one write) and feeds them to
+the :class:`~kernel.RunWatch` of each open prompt, which is answered when its run
+ends. At EOF the transport answers nothing more of the editor's (it is gone),
+lets the open prompts finish for ``eof_grace_s``, interrupts the rest, flushes and
+returns, so the process exits 0.
 """
 
 from __future__ import annotations
@@ -17,24 +18,29 @@ import logging
 import math
 import os
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, ClassVar
 
 import anyio
+import msgspec
 from anyio.abc import TaskGroup, TaskStatus
 
 from kernel import Follower, Kernel, KernelError
 from kernel import model as m
-from kernel.files import WorkspaceFiles
 from transports.shared import LineReader, LineTooLong, LineWriter
 
-from . import mapping, updates
-from .codec import (
+from . import codec
+from .config import AcpConfig
+from .files import EditorFiles
+from .state import Answer, EditorRequests, OpenPrompt, SessionState
+from .wire import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     RESOURCE_NOT_FOUND,
+    AgentMessageChunk,
+    CurrentModeUpdate,
     EditorError,
     Ignored,
     InitializeParams,
@@ -47,30 +53,30 @@ from .codec import (
     Request,
     Response,
     RpcFailure,
+    SessionNotification,
     SessionParams,
     SetModelParams,
     SetModeParams,
+    Text,
+    Update,
     decode_params,
-    negotiate_version,
 )
-from .files import EditorFiles
-from .state import AcpConfig, Answer, EditorRequests, OpenPrompt, SessionState
 
 log = logging.getLogger("gateway.acp")
 
 
 class AcpTransport:
-    name = "acp"
-    description = "Agent Client Protocol: JSON-RPC 2.0 on stdin/stdout, for editors such as Zed"
-    Config = AcpConfig
+    name: ClassVar[str] = "acp"
+    description: ClassVar[str] = "Agent Client Protocol: JSON-RPC 2.0 on stdin/stdout, for editors such as Zed"
+    Config: ClassVar[type[msgspec.Struct]] = AcpConfig
 
     def __init__(self, stdin_fd: int = 0, stdout_fd: int = 1) -> None:
         self.stdin_fd = stdin_fd
         self.stdout_fd = stdout_fd
 
     async def serve(self, kernel: Kernel, config: AcpConfig, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED) -> None:
-        if config.default_mode not in mapping.MODES:
-            raise ValueError(f"[transports.acp] default_mode must be one of {', '.join(mapping.MODES)}, not {config.default_mode!r}")
+        if config.default_mode not in codec.MODES:
+            raise ValueError(f"[transports.acp] default_mode must be one of {', '.join(codec.MODES)}, not {config.default_mode!r}")
         writer = LineWriter(self.stdout_fd)
         try:
             await AcpConnection(kernel, config, writer).run(self.stdin_fd, task_status)
@@ -88,9 +94,9 @@ class AcpConnection:
         self.codec = JsonRpcCodec()
         self.capabilities = InitializeParams().client_capabilities
         self.sessions: dict[str, SessionState] = {}
-        self.prompts: dict[str, OpenPrompt] = {}
         self.editor = EditorRequests(self.codec, self.write)
         self.inflight = 0
+        self._settled: anyio.Event | None = None  # set when the last request in flight is answered (EOF)
         self._stdout_gone = False
         self._prefix = f"acp-{uuid.uuid4().hex[:8]}"
         self._counter = itertools.count()
@@ -150,6 +156,8 @@ class AcpConnection:
             await self.write(await self.answer(request))
         finally:
             self.inflight -= 1
+            if not self.inflight and self._settled is not None:
+                self._settled.set()
 
     async def answer(self, request: Request) -> list[bytes]:
         """The response line (and notifications that must follow it); never raises."""
@@ -164,7 +172,7 @@ class AcpConnection:
         except RpcFailure as failure:
             return [self.codec.failure(request.id, failure)]
         except KernelError as exc:
-            return [self.codec.failure(request.id, mapping.kernel_failure(exc.info()))]
+            return [self.codec.failure(request.id, codec.kernel_failure(exc.info()))]
         except Exception as exc:
             log.exception("acp: %s failed", request.method)
             return [self.codec.error(request.id, INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}")]
@@ -177,15 +185,19 @@ class AcpConnection:
                 self._stdout_gone = True
                 log.info("acp: stdout closed by the editor; further output is dropped")
 
-    def update(self, session_id: str, update: updates.Update) -> bytes:
-        return self.codec.notification("session/update", updates.SessionNotification(session_id, update))
+    def update(self, session_id: str, update: Update) -> bytes:
+        return self.codec.notification("session/update", SessionNotification(session_id, update))
+
+    def _spawn(self, fn: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
+        assert self._tg is not None
+        self._tg.start_soon(fn, *args)
 
     # -------------------------------------------------------------- methods
 
     async def initialize(self, request: Request) -> Any:
         params = decode_params(request.params, InitializeParams)
         self.capabilities = params.client_capabilities
-        return mapping.initialize_result(negotiate_version(params.protocol_version), self.kernel.version)
+        return codec.initialize_result(codec.negotiate_version(params.protocol_version), self.kernel.version)
 
     async def authenticate(self, request: Request) -> Any:
         return {}
@@ -193,68 +205,66 @@ class AcpConnection:
     async def new_session(self, request: Request) -> Any:
         params = decode_params(request.params, NewSessionParams)
         _check_cwd(params.cwd)
-        session = await self.kernel.session(None, self.config.agent)
-        state = await self.attach(session.id, params.cwd)
+        opened = await self.kernel.execute(m.OpenSession(agent_id=self.config.agent))
+        assert isinstance(opened, m.SessionOpened)
+        state = await self.attach(opened.session.session_id, params.cwd)
         commands = await self.commands_update(state)
-        return Answer({"sessionId": session.id, "modes": mapping.mode_state(state.mode)}, [commands])
+        return Answer({"sessionId": state.id, "modes": codec.mode_state(state.mode)}, [commands])
 
     async def load_session(self, request: Request) -> Any:
         params = decode_params(request.params, LoadSessionParams)
         _check_cwd(params.cwd)
         try:
-            session = await self.kernel.session(params.session_id, create=False)
+            await self.kernel.execute(m.GetSession(session_id=params.session_id))
         except KernelError as exc:
             raise RpcFailure(RESOURCE_NOT_FOUND, f"Session not found: {params.session_id}", {"code": exc.code}) from None
-        history = await self.kernel.execute(m.GetHistory(session_id=session.id))
+        history = await self.kernel.execute(m.GetHistory(session_id=params.session_id))
         assert isinstance(history, m.HistoryView)
-        replay = [self.update(session.id, u) for u in mapping.history_updates(history.messages, params.cwd)]
+        replay = [self.update(history.session_id, u) for u in codec.history_updates(history.messages, params.cwd)]
         await self.write(replay)
-        state = await self.attach(session.id, params.cwd)
+        state = await self.attach(history.session_id, params.cwd)
         commands = await self.commands_update(state)
         return Answer(None, [commands])
 
     async def prompt(self, request: Request) -> Any:
         params = decode_params(request.params, PromptParams)
         state = self.session_state(params.session_id)
-        parts = mapping.prompt_parts(params.prompt)
+        parts = codec.prompt_parts(params.prompt)
         request_id = f"{self._prefix}-{next(self._counter)}"
-        command = mapping.slash_command(parts, self.kernel.commands)
+        command = codec.slash_command(parts, self.kernel.commands)
         if command is not None:
             return await self.run_command(state, request_id, *command)
-        prompt = OpenPrompt(request_id, state.id)
-        self.prompts[request_id] = prompt
-        state.prompts.add(prompt)
+        # Registered before the kernel has it: the forwarder may see the run's events first.
+        prompt = state.prompts[request_id] = OpenPrompt(request_id)
         try:
-            options = mapping.prompt_options(state.mode)
-            await self.kernel.execute(m.Prompt(session_id=state.id, request_id=request_id, parts=parts, options=options))
+            options = codec.prompt_options(state.mode)
+            accepted = await self.kernel.execute(m.Prompt(session_id=state.id, request_id=request_id, parts=parts, options=options))
+            assert isinstance(accepted, m.Accepted)
+            if prompt.watch.run_id is None:
+                prompt.watch.run_id = accepted.run_id
+            if prompt.cancelled:  # session/cancel came before the kernel knew the request
+                await self.interrupt(state.id, prompt)
             await prompt.done.wait()
         finally:
-            self.prompts.pop(request_id, None)
-            state.prompts.discard(prompt)
-        end = prompt.end
-        if prompt.cancelled or end is None:
-            return {"stopReason": "cancelled"}
-        if isinstance(end, m.RunFailed):
-            raise mapping.kernel_failure(end.error)
-        return {"stopReason": mapping.stop_reason(end), "usage": mapping.usage_result(end.usage)}
+            del state.prompts[request_id]
+        return codec.prompt_answer(prompt.watch.end, cancelled=prompt.cancelled)
 
     async def run_command(self, state: SessionState, request_id: str, name: str, args: str) -> Any:
         reply = await self.kernel.execute(m.RunCommand(session_id=state.id, request_id=request_id, name=name, args=args))
         if isinstance(reply, m.CommandOutput) and reply.output:
-            await self.write([self.update(state.id, updates.AgentMessageChunk(content=updates.Text(reply.output)))])
+            await self.write([self.update(state.id, AgentMessageChunk(content=Text(reply.output)))])
         return {"stopReason": "end_turn"}
 
     async def set_mode(self, request: Request) -> Any:
         params = decode_params(request.params, SetModeParams)
         state = self.session_state(params.session_id)
-        state.mode = mapping.check_mode(params.mode_id)
-        return Answer({}, [self.update(state.id, updates.CurrentModeUpdate(current_mode_id=state.mode))])
+        state.mode = codec.check_mode(params.mode_id)
+        return Answer({}, [self.update(state.id, CurrentModeUpdate(current_mode_id=state.mode))])
 
     async def set_model(self, request: Request) -> Any:
         params = decode_params(request.params, SetModelParams)
         state = self.session_state(params.session_id)
-        session = await self.kernel.session(state.id, create=False)
-        session.model_override = params.model_id.strip() or None
+        await self.kernel.execute(m.ConfigureSession(session_id=state.id, model=params.model_id))
         return {}
 
     async def cancel_request(self, request: Request) -> Any:
@@ -272,17 +282,22 @@ class AcpConnection:
         if state is None:
             log.info("acp: session/cancel for an unknown session %s", params.session_id)
             return
-        for prompt in state.prompts:
+        prompts = list(state.prompts.values())
+        for prompt in prompts:
             prompt.cancelled = True
         self.editor.abandon(set(state.permissions), "the prompt was cancelled")
-        if any(p.run_id is not None and not p.done.is_set() for p in state.prompts):
-            await self.interrupt(state.id)
+        for prompt in prompts:
+            await self.interrupt(state.id, prompt)
 
-    async def interrupt(self, session_id: str) -> None:
+    async def interrupt(self, session_id: str, prompt: OpenPrompt) -> None:
+        """End the prompt's run, active or still queued (it answers ``cancelled``)."""
+        prompt.cancelled = True
+        if prompt.done.is_set():
+            return
         try:
-            await self.kernel.execute(m.Interrupt(session_id=session_id))
+            await self.kernel.execute(m.Interrupt(session_id=session_id, target_request_id=prompt.request_id))
         except KernelError as exc:
-            log.debug("acp: interrupt %s: %s", session_id, exc.message)
+            log.debug("acp: interrupt %s: %s", prompt.request_id, exc.message)
 
     # -------------------------------------------------------------- sessions
 
@@ -302,158 +317,132 @@ class AcpConnection:
         if state is not None:
             state.cwd = state.stream.cwd = cwd
         else:
-            state = self.sessions[session_id] = SessionState(session_id, cwd, self.config.default_mode, self.config.context_window_tokens)
             follower = await Follower.open(self.kernel, session_id)
-            assert self._tg is not None
-            self._tg.start_soon(self.forward, state, follower)
+            state = self.sessions[session_id] = SessionState(session_id, cwd, self.config.default_mode, self.config.context_window_tokens)
+            self._spawn(self.forward, state, follower)
         fs = self.capabilities.fs
-        session = self.kernel.sessions.get(session_id)
-        if session is not None and (fs.read_text_file or fs.write_text_file):
-            settings = self.kernel.settings.tools
+        if fs.read_text_file or fs.write_text_file:
             state.files = EditorFiles(
                 self.editor,
                 session_id,
                 cwd,
                 can_read=fs.read_text_file,
                 can_write=fs.write_text_file,
-                fallback=WorkspaceFiles(settings.workspace, max_bytes=settings.file_max_bytes),
+                fallback=self.kernel.workspace_files(),
                 timeout_s=self.config.fs_timeout_s,
             )
-            session.files = state.files
+            await self.kernel.execute(m.ConfigureSession(session_id=session_id, files=state.files))
         return state
 
     async def commands_update(self, state: SessionState) -> bytes:
         reply = await self.kernel.execute(m.ListCommands(session_id=state.id))
         commands = reply.commands if isinstance(reply, m.CommandList) else ()
-        return self.update(state.id, mapping.available_commands(commands))
+        return self.update(state.id, codec.available_commands(commands))
 
     # -------------------------------------------------------------- events
 
     async def forward(self, state: SessionState, follower: Follower) -> None:
-        """Write the session's events as updates; settle prompts at the end, or after a gap."""
+        """Write the session's events as updates; answer prompts at their run's end, or after a gap."""
         async with follower:
             while batch := await follower.next_batch():
-                lost = batch.pop() if isinstance(batch[-1], m.SubscriberLagged) else None
+                last = batch[-1]
+                lost = last if isinstance(last, m.SubscriberLagged) else None
+                if lost is not None:
+                    batch.pop()
                 await self.deliver(state, batch)
                 if lost is not None:
                     log.warning("acp: session %s: %s; following on from now", state.id, lost.error.message)
-                    self.settle_lost_runs(state)
-        for prompt in list(state.prompts):
-            prompt.finish(None)
-
-    def settle_lost_runs(self, state: SessionState) -> None:
-        """Events were lost for good: answer prompts whose run is over (it cannot be told how)."""
-        session = self.kernel.sessions.get(state.id)
-        active = session.active.job.run_id if session is not None and session.active is not None else None
-        for prompt in list(state.prompts):
-            if prompt.run_id is not None and prompt.run_id != active:
-                log.warning("acp: the end of run %s was lost; answering its prompt as cancelled", prompt.run_id)
-                prompt.finish(None)
+                    await self.settle_lost_runs(state)
+        for prompt in list(state.prompts.values()):
+            prompt.done.set()
 
     async def deliver(self, state: SessionState, events: list[m.Event]) -> None:
-        lines: list[bytes] = []
-        ended: list[tuple[OpenPrompt, m.RunFinished | m.RunFailed]] = []
+        ended: list[OpenPrompt] = []
         for event in events:
-            prompt = self.prompts.get(event.request_id or "") if isinstance(event, _RUN_EVENTS) else None
-            if isinstance(event, m.RunStarted) and prompt is not None:
-                prompt.run_id = event.run_id
-                if prompt.cancelled:
-                    self._spawn(self.interrupt, state.id)
-            elif isinstance(event, m.ToolApprovalRequested) and prompt is not None:
+            prompt = state.prompts.get(event.request_id or "") if isinstance(event, m.RunEvent) else None
+            if prompt is None or not prompt.watch.feed(event):
+                continue
+            if isinstance(event, m.ToolApprovalRequested):
                 self._spawn(self.ask_permission, state, event, prompt)
-            elif isinstance(event, m.TurnLimitReached) and prompt is not None:
-                self._spawn(self.decline_turns, state.id)
-            elif isinstance(event, m.RUN_END_EVENTS) and prompt is not None:
-                ended.append((prompt, event))
-            needs_approval = isinstance(event, m.ToolCallStarted) and self.needs_approval(state, event)
-            lines.extend(self.update(state.id, u) for u in state.stream.updates(event, needs_approval=needs_approval))
+            elif prompt.watch.end is not None:
+                ended.append(prompt)
+        lines = [self.update(state.id, u) for u in state.stream.updates(*events)]
         if lines:
             await self.write(lines)
-        for prompt, end in ended:
-            prompt.finish(end)
+        for prompt in ended:
+            prompt.done.set()
 
-    def _spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        assert self._tg is not None
-        self._tg.start_soon(fn, *args)
+    async def settle_lost_runs(self, state: SessionState) -> None:
+        """Events were lost for good: answer the prompts whose run is over (how it ended is unknown).
 
-    def needs_approval(self, state: SessionState, event: m.ToolCallStarted) -> bool:
-        """Whether the kernel will ask before this call (only decides the status shown)."""
-        session = self.kernel.sessions.get(state.id)
-        tool = self.kernel.tools.get(event.name)
-        if session is None or tool is None:
-            return False
-        if event.name in session.tool_policy:
-            return not session.tool_policy[event.name]  # remembered: no question, runs or fails at once
-        return state.mode == "ask" or session.agent.ask_before_tool_execution or tool.requires_approval
+        A run is still to come while the kernel has not accepted it yet, while it is the
+        session's active one, or while it waits in the session's queue.
+        """
+        try:
+            reply = await self.kernel.execute(m.GetSession(session_id=state.id))
+            info: m.SessionInfo | None = reply.session if isinstance(reply, m.SessionOpened) else None
+        except KernelError:
+            info = None
+        for prompt in list(state.prompts.values()):
+            run_id = prompt.watch.run_id
+            if info is not None and (run_id is None or run_id == info.run_id or prompt.request_id in info.queued_requests):
+                continue
+            log.warning("acp: the end of run %s was lost; answering its prompt as cancelled", run_id)
+            prompt.done.set()
 
     async def ask_permission(self, state: SessionState, event: m.ToolApprovalRequested, prompt: OpenPrompt) -> None:
         tool = self.kernel.tools.get(event.name)
-        params = mapping.permission_request(
+        params = codec.permission_request(
             state.id, event, state.cwd, category=tool.category if tool else "general", access=tool.access if tool else "query"
         )
         timeout = min(self.config.permission_timeout_s, event.timeout_s or math.inf)
         try:
             result = await self.editor.request("session/request_permission", params, timeout_s=timeout, track=state.permissions)
-            approved, remember, reason = mapping.permission_decision(result)
+            approved, remember, reason = codec.permission_decision(result)
         except (EditorError, TimeoutError) as exc:
             approved, remember, reason = False, False, f"no answer from the editor: {exc or 'timed out'}"
         if prompt.cancelled:
             approved, remember, reason = False, False, "cancelled"
         if approved:
-            await self.write([self.update(state.id, state.stream.running(event.call_id))])
+            await self.write([self.update(state.id, codec.in_progress(event.call_id))])
         command = m.ResolveToolApproval(session_id=state.id, call_id=event.call_id, approved=approved, reason=reason, remember=remember)
         try:
             await self.kernel.execute(command)
         except KernelError as exc:
             log.debug("acp: approval of %s not applied: %s", event.call_id, exc.message)
 
-    async def decline_turns(self, session_id: str) -> None:
-        """ACP has no turn-limit question: the prompt ends with ``max_turn_requests``."""
-        try:
-            await self.kernel.execute(m.ResolveTurnLimit(session_id=session_id, confirmed=False, reason="turn limit reached"))
-        except KernelError as exc:
-            log.debug("acp: turn limit of %s not resolved: %s", session_id, exc.message)
-
     # -------------------------------------------------------------- end of input
 
+    def open_prompts(self) -> list[tuple[SessionState, OpenPrompt]]:
+        return [(state, prompt) for state in self.sessions.values() for prompt in state.prompts.values()]
+
     async def drain_at_eof(self) -> None:
-        """The editor is gone: fail its open requests, let runs finish (bounded), interrupt the rest."""
+        """The editor is gone: fail its open requests, let prompts finish (bounded), interrupt the rest."""
         self.editor.close()
-        sessions = [self.kernel.sessions[s] for s in self.sessions if s in self.kernel.sessions]
-        busy = [s for s in sessions if s.busy]
-        if busy:
+        waiting = self.open_prompts()
+        if waiting:
             with anyio.move_on_after(self.config.eof_grace_s):
-                for session in busy:
-                    await session.wait_idle()
-            for session in busy:
-                if session.busy:
-                    log.info("stdin closed: interrupting the run of session %s", session.id)
-                    session.interrupt()
+                for _, prompt in waiting:
+                    await prompt.done.wait()
+            waiting = [(state, prompt) for state, prompt in self.open_prompts() if not prompt.done.is_set()]
+            for state, prompt in waiting:
+                log.info("stdin closed: interrupting the run of session %s", state.id)
+                await self.interrupt(state.id, prompt)
             with anyio.move_on_after(5.0):
-                for session in busy:
-                    await session.wait_idle()
-        with anyio.move_on_after(5.0):
-            while self.inflight:
-                await anyio.sleep(0.01)
-        for session in sessions:
-            state = self.sessions[session.id]
-            if state.files is not None and session.files is state.files:
-                session.files = None
+                for _, prompt in waiting:
+                    await prompt.done.wait()
+        if self.inflight:
+            self._settled = anyio.Event()
+            with anyio.move_on_after(5.0):
+                await self._settled.wait()
+        for state in self.sessions.values():
+            if state.files is not None:
+                state.files = None
+                try:
+                    await self.kernel.execute(m.ConfigureSession(session_id=state.id, files=None))
+                except KernelError as exc:
+                    log.debug("acp: file access of %s not reset: %s", state.id, exc.message)
         await self.writer.flush()
-
-
-_RUN_EVENTS = (
-    m.RunStarted,
-    m.TextDelta,
-    m.ReasoningDelta,
-    m.ToolCallStarted,
-    m.ToolApprovalRequested,
-    m.ToolResult,
-    m.TurnLimitReached,
-    m.TurnStarted,
-    m.RunFinished,
-    m.RunFailed,
-)
 
 
 def _check_cwd(cwd: str) -> None:

@@ -1,5 +1,7 @@
-"""Per-connection state of the ACP transport: configuration, open prompts, sessions, and
-the gateway's own requests to the editor waiting for their answers.
+"""Per-connection state of the ACP server: open prompts, the sessions this editor
+opened, and the gateway's own requests to the editor waiting for their answers.
+
+Server side (anyio events): the pure translation is :mod:`.codec`.
 """
 
 from __future__ import annotations
@@ -8,41 +10,29 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-import msgspec
 
-from kernel import model as m
+from kernel import RunWatch
 
-from . import mapping
-from .codec import INTERNAL_ERROR, EditorError, JsonRpcCodec, Response, RpcError
+from .codec import SessionStream
 from .files import EditorFiles
-
-
-class AcpConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    agent: str | None = None
-    max_line_bytes: int = 16_777_216
-    eof_grace_s: float = 10.0
-    permission_timeout_s: float = 300.0
-    fs_timeout_s: float = 30.0
-    context_window_tokens: int = 128_000
-    default_mode: str = "default"
-    max_concurrent_requests: int = 64
+from .wire import INTERNAL_ERROR, EditorError, JsonRpcCodec, Response, RpcError
 
 
 class OpenPrompt:
-    """An open ``session/prompt``: answered once, when its run ends (or is lost)."""
+    """An open ``session/prompt``: answered once, when its run ends (or its end is lost).
 
-    def __init__(self, request_id: str, session_id: str) -> None:
-        self.request_id = request_id
-        self.session_id = session_id
-        self.run_id: str | None = None
+    The session's forwarder feeds ``watch`` and sets ``done``; ``cancelled`` is the
+    editor's ``session/cancel`` (or its going away).
+    """
+
+    def __init__(self, request_id: str) -> None:
+        self.watch = RunWatch(request_id)
         self.cancelled = False
-        self.end: m.RunFinished | m.RunFailed | None = None
         self.done = anyio.Event()
 
-    def finish(self, end: m.RunFinished | m.RunFailed | None) -> None:
-        if not self.done.is_set():
-            self.end = end
-            self.done.set()
+    @property
+    def request_id(self) -> str:
+        return self.watch.request_id
 
 
 class SessionState:
@@ -52,8 +42,8 @@ class SessionState:
         self.id = session_id
         self.cwd = cwd
         self.mode = mode
-        self.stream = mapping.SessionStream(cwd, context_window)
-        self.prompts: set[OpenPrompt] = set()
+        self.stream = SessionStream(cwd, context_window)
+        self.prompts: dict[str, OpenPrompt] = {}  # by request id, in the order they were sent
         self.permissions: set[int] = set()
         self.files: EditorFiles | None = None
 
@@ -109,7 +99,7 @@ class EditorRequests:
         return pending.result
 
     def resolve(self, response: Response) -> None:
-        pending = self._pending.get(response.id)  # type: ignore[arg-type]
+        pending = self._pending.get(response.id)
         if pending is not None and not pending.done.is_set():
             pending.result, pending.error = response.result, response.error
             pending.done.set()

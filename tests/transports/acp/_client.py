@@ -97,7 +97,7 @@ def capabilities(read: bool = False, write: bool = False) -> ClientCapabilities:
 @contextlib.asynccontextmanager
 async def spawn(client: RecordingClient, backend: str, cwd: Path, db: Path, *args: str, **env: str) -> AsyncIterator[tuple[Any, Any]]:
     """The gateway as an agent subprocess; stderr goes to ``cwd/gateway.log``; exit code checked by callers."""
-    with open(cwd / "gateway.log", "ab") as log:
+    with await asyncio.to_thread(open, cwd / "gateway.log", "ab") as log:
         async with acp.spawn_agent_process(
             client,
             sys.executable,

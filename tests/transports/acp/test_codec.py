@@ -1,4 +1,4 @@
-"""The sans-IO codec and mapping, on the captured transcript of protocols/acp.md and fuzzed."""
+"""The wire framing and the sans-IO codec, on the captured transcript of protocols/acp.md and fuzzed."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel import model as m
-from transports.acp import mapping, updates
-from transports.acp.codec import (
+from transports.acp import codec as acp
+from transports.acp.codec import negotiate_version
+from transports.acp.wire import (
+    AgentMessageChunk,
     Ignored,
     InitializeParams,
     JsonRpcCodec,
@@ -25,12 +27,13 @@ from transports.acp.codec import (
     Response,
     RpcError,
     RpcFailure,
+    SessionNotification,
     SessionParams,
     SetModelParams,
     SetModeParams,
+    Text,
     TextBlock,
     decode_params,
-    negotiate_version,
 )
 
 
@@ -63,7 +66,7 @@ def test_transcript_client_lines_decode() -> None:
     assert isinstance(prompt, Request)
     decoded = decode_params(prompt.params, PromptParams)
     assert decoded.session_id == "S" and decoded.prompt == [TextBlock("hello world")]
-    assert mapping.prompt_parts(decoded.prompt) == (m.TextPart("hello world"),)
+    assert acp.prompt_parts(decoded.prompt) == (m.TextPart("hello world"),)
     cancel = codec.decode(C_CANCEL)
     assert cancel == Notification("session/cancel", {"sessionId": "S"})
     assert decode_params(cancel.params, SessionParams).session_id == "S"
@@ -71,7 +74,7 @@ def test_transcript_client_lines_decode() -> None:
 
 def test_transcript_agent_lines_encode_exactly() -> None:
     codec = JsonRpcCodec()
-    update = updates.SessionNotification("S", updates.AgentMessageChunk(content=updates.Text("echo: ")))
+    update = SessionNotification("S", AgentMessageChunk(content=Text("echo: ")))
     assert codec.notification("session/update", update) == A_CHUNK
     assert codec.result(2, {"stopReason": "end_turn"}) == A_END
     assert codec.result(4, {"stopReason": "cancelled"}) == A_CANCELLED
@@ -157,7 +160,7 @@ def test_prompt_blocks_to_parts() -> None:
         },
         PromptParams,
     ).prompt
-    assert mapping.prompt_parts(blocks) == (
+    assert acp.prompt_parts(blocks) == (
         m.TextPart("see"),
         m.ImagePart(b"hi", "image/jpeg"),
         m.FilePart("file:///a.py", b"x = 1", "text/x-python"),
@@ -167,18 +170,18 @@ def test_prompt_blocks_to_parts() -> None:
     )
     for bad in ([], [TextBlock("   ")]):
         with pytest.raises(RpcFailure):
-            mapping.prompt_parts(bad)
+            acp.prompt_parts(bad)
     with pytest.raises(RpcFailure):
-        mapping.prompt_parts(decode_params({"sessionId": "S", "prompt": [{"type": "resource", "resource": {"uri": "u"}}]}, PromptParams).prompt)
+        acp.prompt_parts(decode_params({"sessionId": "S", "prompt": [{"type": "resource", "resource": {"uri": "u"}}]}, PromptParams).prompt)
 
 
 def test_slash_commands() -> None:
     known = {"help", "model"}
-    assert mapping.slash_command((m.TextPart("/help"),), known) == ("help", "")
-    assert mapping.slash_command((m.TextPart(" /model  gpt-4o "),), known) == ("model", "gpt-4o")
-    assert mapping.slash_command((m.TextPart('/tool write_file {"a": 1}'),), known) is None
-    assert mapping.slash_command((m.TextPart("/help"), m.TextPart("more")), known) is None
-    update = mapping.available_commands([m.CommandInfo(name="model", description="d", usage="[NAME]")])
+    assert acp.slash_command((m.TextPart("/help"),), known) == ("help", "")
+    assert acp.slash_command((m.TextPart(" /model  gpt-4o "),), known) == ("model", "gpt-4o")
+    assert acp.slash_command((m.TextPart('/tool write_file {"a": 1}'),), known) is None
+    assert acp.slash_command((m.TextPart("/help"), m.TextPart("more")), known) is None
+    update = acp.available_commands([m.CommandInfo(name="model", description="d", usage="[NAME]")])
     assert wire(update) == {
         "sessionUpdate": "available_commands_update",
         "availableCommands": [{"name": "model", "description": "d", "input": {"hint": "[NAME]"}}],
@@ -186,14 +189,14 @@ def test_slash_commands() -> None:
 
 
 def test_tool_kinds_and_titles() -> None:
-    assert mapping.tool_kind("read_file", "files", "query") == "read"
-    assert mapping.tool_kind("write_file", "files", "update") == "edit"
-    assert mapping.tool_kind("web_fetch") == "fetch"
-    assert mapping.tool_kind("think") == "think"
-    assert mapping.tool_kind("current_time", "clock") == "other"
-    assert mapping.tool_kind("memory_store", "memory", "update") == "edit"
-    assert mapping.tool_title("read_file", {"path": "a.txt"}) == "Read file a.txt"
-    assert mapping.tool_title("current_time", "not json") == "Current time"
+    assert acp.tool_kind("read_file", "files", "query") == "read"
+    assert acp.tool_kind("write_file", "files", "update") == "edit"
+    assert acp.tool_kind("web_fetch") == "fetch"
+    assert acp.tool_kind("think") == "think"
+    assert acp.tool_kind("current_time", "clock") == "other"
+    assert acp.tool_kind("memory_store", "memory", "update") == "edit"
+    assert acp.tool_title("read_file", {"path": "a.txt"}) == "Read file a.txt"
+    assert acp.tool_title("current_time", "not json") == "Current time"
 
 
 def _run_ids() -> dict[str, Any]:
@@ -201,13 +204,15 @@ def _run_ids() -> dict[str, Any]:
 
 
 def test_session_stream_updates() -> None:
-    stream = mapping.SessionStream("/p", 1000)
+    stream = acp.SessionStream("/p", 1000)
     ids = _run_ids()
     assert wire(stream.updates(m.TextDelta(**ids, text="hi"))) == [{"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}]
     assert wire(stream.updates(m.ReasoningDelta(**ids, text="hm"))) == [{"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hm"}}]
     assert stream.updates(m.TextDelta(**ids, text="")) == []
-    call = m.ToolCallStarted(**ids, call_id="c0", name="write_file", arguments='{"path": "d/x.txt", "content": "new"}', category="files", access="update")
-    assert wire(stream.updates(call, needs_approval=True)) == [
+    call = m.ToolCallStarted(
+        **ids, call_id="c0", name="write_file", arguments='{"path": "d/x.txt", "content": "new"}', category="files", access="update", needs_approval=True
+    )
+    assert wire(stream.updates(call)) == [
         {
             "sessionUpdate": "tool_call",
             "toolCallId": "c0",
@@ -224,7 +229,7 @@ def test_session_stream_updates() -> None:
     assert start["locations"] == [{"path": "/abs/y", "line": 3}] and running == {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress"}
     done = wire(stream.updates(m.ToolResult(**ids, call_id="c1", name="read_file", result="text")))
     assert done == [{"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed", "content": [{"type": "content", "content": {"type": "text", "text": "text"}}]}]
-    rejected = wire(stream.updates(m.ToolResult(**ids, call_id="c0", name="write_file", result="no", is_error=True, rejected=True)))
+    rejected = wire(stream.updates(m.ToolResult(**ids, call_id="c0", name="write_file", result="no", outcome="rejected", is_error=True, rejected=True)))
     assert rejected[0]["status"] == "failed"
     end = m.RunFinished(**ids, text="hi", usage=m.Usage(input_tokens=10, output_tokens=5))
     assert wire(stream.updates(end)) == [{"sessionUpdate": "usage_update", "used": 15, "size": 1000}]
@@ -232,32 +237,54 @@ def test_session_stream_updates() -> None:
         assert stream.updates(quiet) == []
 
 
+def test_a_call_refused_without_a_question_is_never_shown_running() -> None:
+    stream = acp.SessionStream("/p", 1000)
+    ids = _run_ids()
+    refused = m.ToolCallStarted(**ids, call_id="c2", name="write_file", arguments="{}", access="update", refused=True)
+    declined = m.ToolResult(**ids, call_id="c2", name="write_file", result="tool call rejected: no", outcome="rejected", is_error=True, rejected=True)
+    assert [(u["sessionUpdate"], u["status"]) for u in wire(stream.updates(refused, declined))] == [("tool_call", "pending"), ("tool_call_update", "failed")]
+    quick = m.ToolCallStarted(**ids, call_id="c3", name="current_time", arguments="{}")
+    failed = m.ToolResult(**ids, call_id="c3", name="current_time", result="tool error: clock broke", outcome="error", is_error=True)
+    assert [u["status"] for u in wire(stream.updates(quick, failed))] == ["pending", "in_progress", "failed"]
+
+
+def test_prompt_answers() -> None:
+    ids = _run_ids()
+    done = m.RunFinished(**ids, text="hi", usage=m.Usage(input_tokens=1, output_tokens=2), stop_reason="turn_limit")
+    assert acp.prompt_answer(done, cancelled=False) == {"stopReason": "max_turn_requests", "usage": {"inputTokens": 1, "outputTokens": 2, "totalTokens": 3}}
+    assert acp.prompt_answer(done, cancelled=True) == {"stopReason": "cancelled"}
+    assert acp.prompt_answer(None, cancelled=False) == {"stopReason": "cancelled"}
+    with pytest.raises(RpcFailure) as failed:
+        acp.prompt_answer(m.RunFailed(**ids, error=m.ErrorInfo(code="provider_error", message="down")), cancelled=False)
+    assert failed.value.error == RpcError(code=-32603, message="down", data={"code": "provider_error"})
+
+
 def test_stop_reasons_and_errors() -> None:
     ids = _run_ids()
     expected = {"end_turn": "end_turn", "max_tokens": "max_tokens", "tool_iterations": "max_turn_requests", "turn_limit": "max_turn_requests", "refusal": "refusal", "interrupted": "cancelled"}
     for kernel_reason, acp_reason in expected.items():
-        assert mapping.stop_reason(m.RunFinished(**ids, text="", stop_reason=kernel_reason)) == acp_reason  # type: ignore[arg-type]
-    assert mapping.stop_reason(m.RunFinished(**ids, text="", interrupted=True)) == "cancelled"
-    assert mapping.kernel_failure(m.ErrorInfo(code="not_found", message="gone")).error.code == -32002
-    assert mapping.kernel_failure(m.ErrorInfo(code="invalid_request", message="bad")).error.code == -32602
-    failure = mapping.kernel_failure(m.ErrorInfo(code="rate_limited", message="slow down", details={"retry_after_s": 2}))
+        assert acp.stop_reason(m.RunFinished(**ids, text="", stop_reason=kernel_reason)) == acp_reason  # type: ignore[arg-type]
+    assert acp.stop_reason(m.RunFinished(**ids, text="", interrupted=True)) == "cancelled"
+    assert acp.kernel_failure(m.ErrorInfo(code="not_found", message="gone")).error.code == -32002
+    assert acp.kernel_failure(m.ErrorInfo(code="invalid_request", message="bad")).error.code == -32602
+    failure = acp.kernel_failure(m.ErrorInfo(code="rate_limited", message="slow down", details={"retry_after_s": 2}))
     assert failure.error == RpcError(code=-32603, message="slow down", data={"code": "rate_limited", "details": {"retry_after_s": 2}})
 
 
 def test_permission_request_and_decisions() -> None:
     event = m.ToolApprovalRequested(**_run_ids(), call_id="c9", name="write_file", arguments='{"path": "a", "content": "b"}')
-    params = mapping.permission_request("S", event, "/w", category="files", access="update")
+    params = acp.permission_request("S", event, "/w", category="files", access="update")
     assert params["toolCall"]["toolCallId"] == "c9" and params["toolCall"]["kind"] == "edit"
     assert params["toolCall"]["rawInput"] == {"path": "a", "content": "b"}
     assert [o["kind"] for o in params["options"]] == ["allow_once", "allow_always", "reject_once", "reject_always"]
     selected = lambda option: {"outcome": {"outcome": "selected", "optionId": option}}
-    assert mapping.permission_decision(selected("allow_once")) == (True, False, None)
-    assert mapping.permission_decision(selected("allow_always")) == (True, True, None)
-    assert mapping.permission_decision(selected("reject_once"))[:2] == (False, False)
-    assert mapping.permission_decision(selected("reject_always"))[:2] == (False, True)
-    assert mapping.permission_decision(selected("allow"))[:2] == (False, False), "the transcript's foreign option id is not ours"
-    assert mapping.permission_decision({"outcome": {"outcome": "cancelled"}}) == (False, False, "cancelled")
-    assert mapping.permission_decision(None)[0] is False
+    assert acp.permission_decision(selected("allow_once")) == (True, False, None)
+    assert acp.permission_decision(selected("allow_always")) == (True, True, None)
+    assert acp.permission_decision(selected("reject_once"))[:2] == (False, False)
+    assert acp.permission_decision(selected("reject_always"))[:2] == (False, True)
+    assert acp.permission_decision(selected("allow"))[:2] == (False, False), "the transcript's foreign option id is not ours"
+    assert acp.permission_decision({"outcome": {"outcome": "cancelled"}}) == (False, False, "cancelled")
+    assert acp.permission_decision(None)[0] is False
 
 
 def test_history_replay() -> None:
@@ -266,10 +293,10 @@ def test_history_replay() -> None:
         m.Message(role="user", content="hello"),
         m.Message(role="user", parts=(m.TextPart("look"), m.ImagePart(b"hi", "image/png"), m.FilePart("a.md", b"# a", "text/markdown"))),
         m.Message(role="assistant", content="calling", tool_calls=(m.ToolCall(id="c1", name="read_file", arguments='{"path": "a"}'),)),
-        m.Message(role="tool", tool_call_id="c1", name="read_file", content="tool error: no such file"),
+        m.Message(role="tool", tool_call_id="c1", name="read_file", content="tool error: no such file", outcome="error"),
         m.Message(role="assistant", content="done"),
     ]
-    replay = wire(mapping.history_updates(history, "/w"))
+    replay = wire(acp.history_updates(history, "/w"))
     assert [u["sessionUpdate"] for u in replay] == [
         "user_message_chunk",
         "user_message_chunk",
@@ -285,15 +312,25 @@ def test_history_replay() -> None:
     assert replay[6]["status"] == "failed"
 
 
+def test_history_replay_reads_outcomes_not_text() -> None:
+    history = [
+        m.Message(role="assistant", tool_calls=(m.ToolCall(id="c1", name="t", arguments="{}"), m.ToolCall(id="c2", name="t", arguments="{}"))),
+        m.Message(role="tool", tool_call_id="c1", name="t", content="tool error: only looks like a failure"),
+        m.Message(role="tool", tool_call_id="c2", name="t", content="fine", outcome="rejected"),
+    ]
+    assert [u.get("status") for u in wire(acp.history_updates(history, "/w"))] == ["pending", "pending", "completed", "failed"]
+
+
 def test_initialize_and_modes() -> None:
-    result = mapping.initialize_result(1, "1.2.3")
+    result = acp.initialize_result(1, "1.2.3")
     assert result["agentCapabilities"] == {"loadSession": True, "promptCapabilities": {"image": True, "audio": False, "embeddedContext": True}}
     assert result["authMethods"] == [] and result["agentInfo"]["name"] == "gateway" and result["agentInfo"]["version"] == "1.2.3"
-    assert mapping.prompt_options("ask").ask_before_tool_execution is True
-    assert mapping.prompt_options("default").ask_before_tool_execution is None
-    assert mapping.check_mode("ask") == "ask"
+    assert acp.prompt_options("ask").ask_before_tool_execution is True
+    assert acp.prompt_options("default").ask_before_tool_execution is None
+    assert acp.prompt_options("default").approval == m.ApprovalPolicy(mode="ask", turn_limit="stop")
+    assert acp.check_mode("ask") == "ask"
     with pytest.raises(RpcFailure):
-        mapping.check_mode("yolo")
+        acp.check_mode("yolo")
 
 
 # ---------------------------------------------------------------- fuzz
@@ -342,18 +379,18 @@ def test_fuzz_decode_never_raises(line: bytes) -> None:
         try:
             params = decode_params(message.params, _PARAMS[message.method])
             if isinstance(params, PromptParams):
-                mapping.prompt_parts(params.prompt)
+                acp.prompt_parts(params.prompt)
         except RpcFailure as failure:
             assert failure.error.code == -32602
     if isinstance(message, Response):
-        mapping.permission_decision(message.result)
+        acp.permission_decision(message.result)
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=40), st.text(max_size=60), st.sampled_from(["query", "update"]))
 def test_fuzz_tool_mapping_never_raises(name: str, arguments: str, access: str) -> None:
     ids = _run_ids()
-    stream = mapping.SessionStream("/w", 10)
+    stream = acp.SessionStream("/w", 10)
     updates = stream.updates(m.ToolCallStarted(**ids, call_id="c", name=name, arguments=arguments, access=access))
     assert updates and msgspec.json.encode(updates)
-    assert mapping.permission_request("S", m.ToolApprovalRequested(**ids, call_id="c", name=name, arguments=arguments), "/w")
+    assert acp.permission_request("S", m.ToolApprovalRequested(**ids, call_id="c", name=name, arguments=arguments), "/w")

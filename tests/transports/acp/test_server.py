@@ -19,7 +19,7 @@ import pytest
 from kernel import Kernel
 from kernel.model import Usage
 from kernel.provider import FinishChunk, ReasoningChunk, TextChunk, UsageChunk
-from kernel.settings import AgentSettings
+from kernel.settings import AgentSettings, SessionSettings, Settings
 from kernel.testing import (
     ScriptedProvider,
     failing_turn,
@@ -237,3 +237,23 @@ async def test_request_limit_refuses_at_once_and_cancel_still_works() -> None:
         assert cancelled["result"] == {"stopReason": "cancelled"}
         as_request, _ = await pipe.call(4, "session/cancel", {"sessionId": session})
     assert as_request == {"jsonrpc": "2.0", "id": 4, "result": None}
+
+
+async def test_a_prompt_whose_run_end_was_lost_is_answered_cancelled() -> None:
+    settings = Settings()
+    settings.session = SessionSettings(subscriber_buffer=8, subscriber_buffer_bytes=8192, lag_grace_s=0.2, event_retention=4, event_retention_bytes=4096)
+    provider = ScriptedProvider([text_turn(*["x" * 1000 for _ in range(300)])])
+    async with running_kernel(provider, settings=settings) as kernel, editor(kernel) as (pipe, session):
+        await pipe.send({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": prompt(session, "flood")})
+        # The editor stops reading: stdout fills, the forwarder falls behind and is cut off,
+        # and the run ends while its events are gone for good.
+        live = kernel.sessions[session]
+        with anyio.fail_after(10):
+            while live.usage.output_tokens == 0 or live.busy:
+                await anyio.sleep(0.05)
+        lost, _ = await pipe.until(2)
+        assert lost["result"] == {"stopReason": "cancelled"}
+        provider.turns = [text_turn("back")]
+        again, before = await pipe.call(3, "session/prompt", prompt(session, "again"))
+    assert again["result"]["stopReason"] == "end_turn"
+    assert "back" in "".join(u["content"]["text"] for u in updates(before, "agent_message_chunk"))
