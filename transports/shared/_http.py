@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Mu
 from typing import Any, TypeVar, overload
 from urllib.parse import parse_qsl
 
+import anyio
 import msgspec
 
 from .jsonwire import decode_json
@@ -122,6 +123,13 @@ def client_host(scope: Mapping[str, Any]) -> str:
     return str(client[0]) if client else "unknown"
 
 
+#: An upload over the body limit is still read (and dropped) up to this size and for this
+#: long before its 413 is sent: a client that sends its whole body before it reads the answer
+#: (urllib, httpx, the openai SDK) otherwise sees a broken pipe, not the 413.
+DISCARD_LIMIT_BYTES = 64 * 1024 * 1024
+DISCARD_TIMEOUT_S = 10.0
+
+
 class Request:
     """One HTTP request.  Create through the router; the body is read at most once."""
 
@@ -148,6 +156,8 @@ class Request:
         self._body: bytes | None = None
         self.body_consumed = False
         self._body_complete = False
+        self._received = 0
+        self._oversize = False
         #: Set once the client disconnected (seen while reading or streaming).
         self.disconnected = False
 
@@ -155,10 +165,15 @@ class Request:
     def client_host(self) -> str:
         return client_host(self.scope)
 
+    def _too_large(self) -> HttpError:
+        self._oversize = True
+        return HttpError(413, f"Request body too large (max {self.max_body_bytes} bytes)", code="too_large")
+
     async def body(self) -> bytes:
         """The whole body; 413 ``HttpError`` beyond ``max_body_bytes``.
 
-        Content-Length is checked first so an oversize upload is refused unread.
+        Content-Length is checked first, so an oversize upload is refused before it is
+        read (the rest is then dropped by :meth:`finish_body` before the 413 goes out).
         """
         if self._body is not None:
             return self._body
@@ -167,9 +182,8 @@ class Request:
         limit = self.max_body_bytes
         declared = self.headers.get("content-length")
         if declared is not None and declared.strip().isdigit() and int(declared) > limit:
-            raise HttpError(413, f"Request body too large (max {limit} bytes)", code="too_large")
+            raise self._too_large()
         chunks: list[bytes] = []
-        size = 0
         self.body_consumed = True
         while True:
             message = await self.receive()
@@ -177,9 +191,11 @@ class Request:
                 self.disconnected = True
                 break
             chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise HttpError(413, f"Request body too large (max {limit} bytes)", code="too_large")
+            self._received += len(chunk)
+            if self._received > limit:
+                if not message.get("more_body", False):
+                    self._body_complete = True
+                raise self._too_large()
             chunks.append(chunk)
             if not message.get("more_body", False):
                 self._body_complete = True
@@ -188,36 +204,37 @@ class Request:
         return self._body
 
     async def finish_body(self) -> bool:
-        """Read and drop what is left of the body, so the connection can serve the next
-        request; False when that is not possible (over ``max_body_bytes``, or taken by
-        a stream): then the response must close the connection.
+        """Read and drop what is left of the body, so that the client can read the answer
+        and the connection can serve the next request; False when that is not possible
+        (taken by a stream, or an upload beyond ``DISCARD_LIMIT_BYTES`` or
+        ``DISCARD_TIMEOUT_S``): then the response must close the connection.
 
         A server answering before the body arrived cannot reuse the connection: hypercorn
         then closes it after the response, without saying so, and a client sending its
-        next request on it gets "server disconnected".
+        next request on it gets "server disconnected" — or, still sending a large body,
+        a broken pipe instead of the answer.
         """
         if self._body_complete or self.disconnected:
             return True
-        if self.body_consumed:
+        if self.body_consumed and not self._oversize:
             return False
         declared = self.headers.get("content-length")
         if declared is None and "transfer-encoding" not in self.headers:
             return True  # no body
-        if declared is not None and declared.strip().isdigit() and int(declared) > self.max_body_bytes:
+        if declared is not None and declared.strip().isdigit() and int(declared) > DISCARD_LIMIT_BYTES:
             return False
         self.body_consumed = True
-        size = 0
-        while True:
-            message = await self.receive()
-            if message["type"] == "http.disconnect":
-                self.disconnected = True
-                return True
-            size += len(message.get("body", b""))
-            if size > self.max_body_bytes:
-                return False
-            if not message.get("more_body", False):
-                self._body_complete = True
-                return True
+        with anyio.move_on_after(DISCARD_TIMEOUT_S):
+            while self._received <= DISCARD_LIMIT_BYTES:
+                message = await self.receive()
+                if message["type"] == "http.disconnect":
+                    self.disconnected = True
+                    return True
+                self._received += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    self._body_complete = True
+                    return True
+        return False
 
     @overload
     async def json(self) -> Any: ...
