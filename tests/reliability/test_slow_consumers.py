@@ -262,6 +262,7 @@ async def test_a_stdio_reader_that_falls_behind_keeps_its_stream(retention: int)
     ``subscriber_lagged`` line) and keep forwarding: later prompts are answered."""
     pieces = [f"<{i:04d}>" + "s" * 16378 for i in range(150)]  # 2.4 MB: far over a pipe's 64 KiB
     settings = lag_settings(buffer=8, retention=retention, grace_s=0.1)
+    settings.session.event_retention_bytes = 16 << 20  # the kernel bounds retention in bytes too: the whole answer fits
     provider = ScriptedProvider([text_turn(*pieces), text_turn("second answer")], delay_s=0.002)
     stdin_r, stdin_w = os.pipe()
     stdout_r, stdout_w = os.pipe()

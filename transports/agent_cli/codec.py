@@ -19,6 +19,7 @@ from typing import Any, Literal
 import msgspec
 
 from kernel import model as m
+from transports.shared.jsonwire import decode_json
 
 from . import wire
 from .inputs import BadRequest, Limits, ParsedRequest, instruction_args, parse_request
@@ -35,7 +36,6 @@ UNREADABLE_ID = "parse_error"
 MAX_MERGED_STREAM_CHARS = 65_536
 
 _encode = msgspec.json.Encoder().encode
-_decode_any = msgspec.json.Decoder().decode
 
 
 def usage(u: m.Usage) -> wire.TokenUsage:
@@ -45,8 +45,8 @@ def usage(u: m.Usage) -> wire.TokenUsage:
 def json_value(text: str) -> Any:
     """A tool's JSON argument text as a value (the wire shows objects); unparsable stays text."""
     try:
-        return _decode_any(text)
-    except (msgspec.DecodeError, RecursionError):
+        return decode_json(text)
+    except msgspec.DecodeError:
         return text
 
 
@@ -79,11 +79,14 @@ class AgentCliCodec:
         complete_tag: CompleteTag = "Complete",
         limits: Limits = Limits(),
         max_queued_requests: int = 8,
+        approval: m.ApprovalPolicy | None = None,
     ) -> None:
         self.session_id = session_id
         self.complete_tag = complete_tag
         self.limits = limits
         self.max_queued_requests = max_queued_requests
+        #: The policy prompts carry (the transport's ``tool_approval``); None: the kernel's default.
+        self.approval = approval
         self.runs: dict[str, _Run] = {}
         self.approvals: dict[str, _Approval] = {}
         self._call_args: dict[str, tuple[str, Any]] = {}  # call id -> (run id, arguments)
@@ -119,9 +122,10 @@ class AgentCliCodec:
                     f"connection (at most {self.max_queued_requests} may wait); retry when one has finished",
                 )
             self._expected[req.request_id] = req.stream
+            options = req.options if self.approval is None else msgspec.structs.replace(req.options, approval=self.approval)
             if variant == "Regenerate":
-                return m.Regenerate(**ids, options=req.options)
-            return m.Prompt(**ids, parts=req.value, options=req.options)
+                return m.Regenerate(**ids, options=options)
+            return m.Prompt(**ids, parts=req.value, options=options)
         if variant == "Instruction":
             return m.RunCommand(**ids, name=req.value.command, args=instruction_args(req.value.parameters))
         if variant == "GetCommands":
@@ -195,7 +199,7 @@ class AgentCliCodec:
                     out.append(frame)
         return [_encode(frame).decode("utf-8") for frame in out]
 
-    def _run(self, event: Any, *, end: bool = False) -> _Run:
+    def _run(self, event: m.RunEvent, *, end: bool = False) -> _Run:
         """The run an event belongs to. A run not (yet) acknowledged by ``on_reply`` is
         looked up by request id, so it keeps the stream mode its request asked for."""
         run = self.runs.get(event.run_id)
@@ -224,8 +228,8 @@ class AgentCliCodec:
         if isinstance(event, m.ToolResult):
             return [self._tool_result(event)]
         if isinstance(event, m.TurnLimitReached):
-            info = wire.TurnInfo(current_turns=event.current_turns, max_turns=event.max_turns, reason=TURN_QUESTION.format(max=event.max_turns))
-            return [_frame(self._run(event).request_id, wire.TurnConfirmationBody(info))]
+            turns = wire.TurnInfo(current_turns=event.current_turns, max_turns=event.max_turns, reason=TURN_QUESTION.format(max=event.max_turns))
+            return [_frame(self._run(event).request_id, wire.TurnConfirmationBody(turns))]
         if isinstance(event, m.RunFinished):
             return self._finished(event)
         if isinstance(event, m.RunFailed):
@@ -241,13 +245,12 @@ class AgentCliCodec:
     def _tool_result(self, event: m.ToolResult) -> wire.RemoteResponse:
         rid = self._run(event).request_id
         self.approvals.pop(event.call_id, None)
-        args = self._call_args.pop(event.call_id, (None, {}))[1]
-        if event.is_error and not event.rejected:
-            detail = event.result.removeprefix("tool error: ")
+        args: Any = self._call_args.pop(event.call_id, ("", {}))[1]
+        if event.outcome != "ok" and event.outcome not in m.REFUSED_OUTCOMES:  # it ran and failed; a refusal is a result
             error = wire.ToolError(
                 type="tool_execution_error",
                 message=f"Tool '{event.name}' execution failed",
-                details=wire.ToolErrorDetails(tool=event.name, error=detail, arguments=args),
+                details=wire.ToolErrorDetails(tool=event.name, error=event.error or event.result, arguments=args),
             )
             return _frame(rid, wire.TextBody(""), _encode(error).decode("utf-8"))
         return _frame(rid, wire.ToolResultBody(wire.NamedResult(name=event.name, result=event.result)))

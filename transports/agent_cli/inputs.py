@@ -1,8 +1,10 @@
 """Decoding a ``RemoteRequest``: JSON in, a validated request or a precise error out.
 
-Pure functions, no I/O and no exceptions escaping: :func:`parse_request` returns a
-:class:`ParsedRequest` or a :class:`BadRequest` whose message says what was wrong
-and where (``$.input.Image.data``), so a client author can fix the request.
+A pure piece of the codec (kept apart for its size): no I/O and no exceptions
+escaping: :func:`parse_request` returns a :class:`ParsedRequest` or a
+:class:`BadRequest` whose message says what was wrong and where
+(``$.input.Image.data``), so a client author can fix the request. Every decode goes
+through :mod:`transports.shared.jsonwire`, so nesting too deep is one more parse error.
 """
 
 from __future__ import annotations
@@ -13,14 +15,15 @@ from typing import Any
 import msgspec
 
 from kernel import model as m
+from transports.shared.jsonwire import JsonDecoder
 
 from . import wire
 
-_envelope = msgspec.json.Decoder(wire.Envelope)
-_probe = msgspec.json.Decoder(wire.IdProbe)
-_tagged = msgspec.json.Decoder(str | dict[str, msgspec.Raw])
-_null = msgspec.json.Decoder(None)
-_decoders = {name: msgspec.json.Decoder(kind) for name, kind in wire.VALUE_VARIANTS.items()}
+_envelope = JsonDecoder[wire.Envelope](wire.Envelope)
+_probe = JsonDecoder[wire.IdProbe](wire.IdProbe)
+_tagged = JsonDecoder[str | dict[str, msgspec.Raw]](str | dict[str, msgspec.Raw])
+_null = JsonDecoder[None](None)
+_decoders = {name: JsonDecoder[Any](kind) for name, kind in wire.VALUE_VARIANTS.items()}
 _encode = msgspec.json.Encoder().encode
 
 #: Content types a File may have to reach the model as text (besides ``text/*``).
@@ -88,16 +91,14 @@ def parse_request(data: str | bytes, limits: Limits) -> ParsedRequest | BadReque
     """Decode one frame. Never raises."""
     try:
         envelope = _envelope.decode(data)
-    except (msgspec.MsgspecError, RecursionError) as exc:
-        return BadRequest(request_id=probe_request_id(data), kind="parse_error", message=_explain(exc))
+    except msgspec.MsgspecError as exc:
+        return BadRequest(request_id=probe_request_id(data), kind="parse_error", message=str(exc))
     try:
         variant, value = _variant(envelope.input, "$.input")
         if variant in ("Multi", "Text", "Image", "File"):
             value = content_parts(variant, value, limits, "$.input")
     except _Invalid as exc:
         return BadRequest(request_id=envelope.request_id, kind=exc.kind, message=exc.message)
-    except (msgspec.MsgspecError, RecursionError) as exc:  # pragma: no cover - _variant wraps these
-        return BadRequest(request_id=envelope.request_id, kind="parse_error", message=_explain(exc))
     return ParsedRequest(
         request_id=envelope.request_id,
         variant=variant,
@@ -111,7 +112,7 @@ def probe_request_id(data: str | bytes) -> str | None:
     """The request's ``request_id`` if it is readable at all (for error replies)."""
     try:
         rid = _probe.decode(data).request_id
-    except (msgspec.MsgspecError, RecursionError):
+    except msgspec.MsgspecError:
         return None
     return rid if isinstance(rid, str) else None
 
@@ -130,12 +131,6 @@ def prompt_options(config: wire.RequestConfig | None, use_tools: bool | None) ->
     )
 
 
-def _explain(exc: Exception) -> str:
-    if isinstance(exc, RecursionError):
-        return "JSON is nested too deeply"
-    return str(exc)
-
-
 def _at(exc: msgspec.MsgspecError, path: str) -> str:
     """Re-root msgspec's ``$`` paths at where the value sits in the request."""
     text = str(exc)
@@ -148,8 +143,8 @@ def _variant(raw: msgspec.Raw | bytes, path: str) -> tuple[str, Any]:
         tagged = _tagged.decode(raw)
     except msgspec.ValidationError as exc:
         raise _Invalid(f"{_at(exc, path)}: expected a variant name or an object with one variant key") from None
-    except (msgspec.MsgspecError, RecursionError) as exc:
-        raise _Invalid(f"{_explain(exc)} - at `{path}`") from None
+    except msgspec.MsgspecError as exc:
+        raise _Invalid(f"{exc} - at `{path}`") from None
     if isinstance(tagged, str):
         if tagged in wire.UNIT_VARIANTS:
             return tagged, None
@@ -164,7 +159,7 @@ def _variant(raw: msgspec.Raw | bytes, path: str) -> tuple[str, Any]:
     if name in wire.UNIT_VARIANTS:
         try:
             _null.decode(value)
-        except (msgspec.MsgspecError, RecursionError):
+        except msgspec.MsgspecError:
             raise _Invalid(f"unit variant `{name}` takes null or no value, e.g. \"{name}\" - at `{where}`") from None
         return name, None
     decoder = _decoders.get(name)
@@ -174,8 +169,6 @@ def _variant(raw: msgspec.Raw | bytes, path: str) -> tuple[str, Any]:
         return name, decoder.decode(value)
     except msgspec.MsgspecError as exc:
         raise _Invalid(_at(exc, where)) from None
-    except RecursionError:
-        raise _Invalid(f"JSON is nested too deeply - at `{where}`") from None
 
 
 def _unknown(name: str, path: str) -> str:

@@ -1,11 +1,13 @@
 """The Agent-CLI transport: a WebSocket endpoint binding the codec to the kernel.
 
-One connection = one new kernel session. Two tasks per connection: the reader
-decodes frames and executes them at once, in order (so a prompt queues behind a
-running one in the kernel while an Interrupt or a confirmation acts immediately);
-the writer forwards the session's events, turning everything that is ready at
-the same moment into frames in one go (adjacent stream chunks merged). Slash
-commands run in their own tasks, since a plugin's command may be slow.
+One connection = one new kernel session (``OpenSession``, then ``ConfigureSession``
+with the transport's turn limit and approval timeout). Two tasks per connection: the
+reader decodes frames and executes them at once, in order (so a prompt queues behind
+a running one in the kernel while an Interrupt or a confirmation acts immediately);
+the writer forwards the session's events, turning everything that is ready at the
+same moment into frames in one go (adjacent stream chunks merged). Slash commands
+run in their own tasks, since a plugin's command may be slow. When the client goes,
+``CloseSession(if_unwatched=True)`` ends its runs unless another client watches.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from __future__ import annotations
 import logging
 import os
 from functools import partial
-from typing import Literal
 
 import anyio
+import msgspec
 from anyio.abc import TaskGroup, TaskStatus
 
 from kernel import Follower, Kernel, KernelError
@@ -26,7 +28,6 @@ from transports.shared import (
     TOKEN_ENV_VAR,
     ConfigError,
     Router,
-    ServerConfig,
     WebSocket,
     WsIdle,
     WsInvalidFrame,
@@ -38,37 +39,13 @@ from transports.shared import (
 )
 
 from .codec import AgentCliCodec, Incoming
+from .config import AgentCliConfig
 from .inputs import Limits
 
 log = logging.getLogger("gateway.agent_cli")
 
 #: Slash commands running at once per connection; the reader waits beyond that.
 MAX_CONCURRENT_COMMANDS = 4
-
-
-class AgentCliConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
-    """``[transports.agent_cli]``; every option is described in docs/agent-cli.md."""
-
-    port: int = 8080
-    path: str = "/"
-    agent: str | None = None
-    complete_tag: Literal["Complete", "StreamComplete"] = "Complete"
-    approval_timeout_s: float = 300.0
-    max_turns: int | None = None
-    max_queued_requests: int = 8
-    max_file_bytes: int = 1_048_576
-    max_image_bytes: int = 3_145_728
-    max_input_parts: int = 16
-    max_message_bytes: int = 4_194_304
-
-    def check(self) -> None:
-        if not self.path.startswith("/"):
-            raise ConfigError(f"[transports.agent_cli] path must start with '/': {self.path!r}")
-        for name in ("max_queued_requests", "max_file_bytes", "max_image_bytes", "max_input_parts"):
-            if getattr(self, name) < (0 if name == "max_queued_requests" else 1):
-                raise ConfigError(f"[transports.agent_cli] {name} is out of range: {getattr(self, name)}")
-        if self.max_turns is not None and self.max_turns < 0:
-            raise ConfigError("[transports.agent_cli] max_turns must be >= 0 (0 = unlimited)")
 
 
 class AgentCliTransport:
@@ -93,15 +70,17 @@ async def _serve_connection(kernel: Kernel, config: AgentCliConfig, ws: WebSocke
         return
     ws.send_timeout_s = kernel.settings.session.lag_grace_s  # a client that stops reading is cut off
     try:
-        session = await kernel.session(None, config.agent)
+        opened = await kernel.execute(m.OpenSession(agent_id=config.agent))
+        assert isinstance(opened, m.SessionOpened)
+        session_id = opened.session.session_id
+        # approval_timeout_s = 0: the kernel's own timeout applies (left unchanged).
+        timeout_s = config.approval_timeout_s if config.approval_timeout_s > 0 else msgspec.UNSET
+        await kernel.execute(m.ConfigureSession(session_id=session_id, max_turns=config.max_turns, approval_timeout_s=timeout_s))
     except KernelError as exc:
         log.error("agent-cli: cannot open a session: %s", exc.message)
         await ws.close(CLOSE_INTERNAL_ERROR, "cannot open a session")
         return
-    session.max_turns = config.max_turns
-    if config.approval_timeout_s > 0:
-        session.approval_timeout_s = config.approval_timeout_s
-    await _Connection(kernel, config, ws, session.id).run()
+    await _Connection(kernel, config, ws, session_id).run()
 
 
 class _Connection:
@@ -112,7 +91,11 @@ class _Connection:
         self.session_id = session_id
         limits = Limits(max_file_bytes=config.max_file_bytes, max_image_bytes=config.max_image_bytes, max_parts=config.max_input_parts)
         self.codec = AgentCliCodec(
-            session_id, complete_tag=config.complete_tag, limits=limits, max_queued_requests=config.max_queued_requests
+            session_id,
+            complete_tag=config.complete_tag,
+            limits=limits,
+            max_queued_requests=config.max_queued_requests,
+            approval=config.approval(),
         )
         self.commands = anyio.Semaphore(MAX_CONCURRENT_COMMANDS)
 
@@ -139,10 +122,17 @@ class _Connection:
                 await self.send([self.codec.rate_limited(event.limit_per_minute, event.retry_after_s)])
             elif isinstance(event, WsInvalidFrame):
                 await self.send([self.codec.invalid_frame(event.reason)])
-            elif isinstance(event, WsIdle):
-                session = self.kernel.sessions.get(self.session_id)
-                if session is None or not session.busy:
-                    await self.ws.close(CLOSE_NORMAL, "idle")
+            elif isinstance(event, WsIdle) and not await self.busy():
+                await self.ws.close(CLOSE_NORMAL, "idle")
+
+    async def busy(self) -> bool:
+        """Whether a run of the session is going or waiting (an idle connection is kept then)."""
+        try:
+            reply = await self.kernel.execute(m.GetSession(session_id=self.session_id))
+        except KernelError:
+            return False
+        assert isinstance(reply, m.SessionOpened)
+        return reply.session.run_id is not None or reply.session.queued > 0
 
     async def on_frame(self, text: str, tg: TaskGroup) -> None:
         decoded = self.codec.decode(text)
@@ -178,8 +168,8 @@ class _Connection:
         """Forward events until the session's hub closes; after a real gap (events lost
         while this client fell behind) its open runs end with a ``connection_error``."""
         while batch := await follower.next_batch():
-            lost = batch.pop() if isinstance(batch[-1], m.SubscriberLagged) else None
-            frames = self.codec.on_events(batch)
+            lost = batch[-1] if isinstance(batch[-1], m.SubscriberLagged) else None
+            frames = self.codec.on_events(batch if lost is None else batch[:-1])
             if lost is not None:
                 frames += self.codec.events_lost(lost.error.message)
             if not await self.send(frames):
@@ -193,10 +183,11 @@ class _Connection:
     async def release(self, follower: Follower) -> None:
         """The client is gone: end its runs and unload its session (the history stays stored).
 
-        Left alone when another client (another transport) watches the same session.
+        Left alone when another client (another transport) watches the same session: this
+        connection's own subscription is closed first, so the kernel counts only the others.
         """
         follower.close()
-        session = self.kernel.sessions.get(self.session_id)
-        if session is None or session.hub.subscriber_count > 0:
-            return
-        await self.kernel.unload_session(self.session_id)
+        try:
+            await self.kernel.execute(m.CloseSession(session_id=self.session_id, if_unwatched=True))
+        except KernelError as exc:  # e.g. deleted meanwhile by another client
+            log.debug("agent-cli: closing session %s: %s", self.session_id, exc.message)

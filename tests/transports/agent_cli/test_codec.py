@@ -275,9 +275,12 @@ def test_tool_frames_and_structured_tool_error() -> None:
         m.ToolCallStarted(**IDS, call_id="c1", name="add", arguments='{"a":1,"b":2}'),
         m.ToolResult(**IDS, call_id="c1", name="add", result="3"),
         m.ToolCallStarted(**IDS, call_id="c2", name="boom", arguments='{"x":1}'),
-        m.ToolResult(**IDS, call_id="c2", name="boom", result="tool error: disk on fire", is_error=True),
+        m.ToolResult(**IDS, call_id="c2", name="boom", result="tool error: disk on fire", outcome="error", error="disk on fire", is_error=True),
         m.ToolCallStarted(**IDS, call_id="c3", name="nope", arguments="not json"),
-        m.ToolResult(**IDS, call_id="c3", name="nope", result="tool call rejected: unknown tool 'nope'", is_error=True, rejected=True),
+        m.ToolResult(
+            **IDS, call_id="c3", name="nope", result="tool call rejected: unknown tool 'nope'",
+            outcome="rejected", error="unknown tool 'nope'", is_error=True, rejected=True,
+        ),
     )
     assert [f["response"] for f in out] == [
         {"ToolCall": {"name": "add", "arguments": {"a": 1, "b": 2}}},

@@ -5,9 +5,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from kernel import model as m
 from kernel.testing import running_kernel
 from plugins.manager import load_plugins
 from transports.agent_cli import AgentCliConfig, AgentCliTransport
+from transports.agent_cli.config import APPROVAL_REASON
 from transports.base import Transport, load_config
 from transports.shared import LOOPBACK_ORIGINS, ConfigError
 
@@ -20,6 +22,15 @@ def test_defaults() -> None:
     assert (cfg.max_file_bytes, cfg.max_image_bytes, cfg.max_input_parts, cfg.max_message_bytes) == (1_048_576, 3_145_728, 16, 4_194_304)
     assert cfg.agent is None and cfg.token is None and tuple(cfg.allowed_origins) == LOOPBACK_ORIGINS
     cfg.check()
+
+
+def test_tool_approval_is_a_mode_or_a_table() -> None:
+    assert AgentCliConfig().approval() == m.ApprovalPolicy(mode="ask", reason=APPROVAL_REASON)
+    table = msgspec.convert({"tool_approval": {"mode": "reject", "allow_categories": ["clock"]}}, AgentCliConfig)
+    assert table.approval() == m.ApprovalPolicy(mode="reject", allow_categories=("clock",), reason=APPROVAL_REASON)
+    assert table.approval().at_turn_limit() == "stop"  # nobody is asked
+    with pytest.raises(ValueError, match="tool_approval"):
+        load_config(AgentCliTransport, {"tool_approval": "maybe"})
 
 
 def test_invalid_options_are_refused() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import random
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -107,7 +107,9 @@ def events(draw: st.DrawFn) -> m.Event:
     if kind == 2:
         return m.ToolApprovalRequested(**ids, call_id=draw(CALL_IDS), name=text, arguments=draw(st.text(max_size=10)))
     if kind == 3:
-        return m.ToolResult(**ids, call_id=draw(CALL_IDS), name=text, result=text, is_error=draw(st.booleans()), rejected=draw(st.booleans()))
+        outcome = draw(st.sampled_from(get_args(m.ToolOutcome)))
+        error = None if outcome == "ok" else draw(st.none() | st.text(max_size=10))
+        return m.ToolResult(**ids, call_id=draw(CALL_IDS), name=text, result=text, outcome=outcome, error=error, is_error=outcome != "ok")
     if kind == 4:
         return m.TurnLimitReached(**ids, current_turns=draw(st.integers(0, 5)), max_turns=draw(st.integers(0, 5)))
     if kind == 5:

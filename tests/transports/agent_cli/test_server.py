@@ -239,6 +239,23 @@ async def test_tool_requiring_approval_asks_without_the_request_flag() -> None:
     assert names(frames) == ["ToolResult", "Stream", "Complete"] and body(frames[0])[1]["result"] == "4"
 
 
+@pytest.mark.parametrize("policy", ["approve", "reject", {"mode": "reject", "allow_tools": ["guarded"]}])
+async def test_tool_approval_policy_answers_without_asking(policy: Any) -> None:
+    provider = ScriptedProvider([tool_turn("guarded", '{"a":2,"b":2}', call_id="g1"), text_turn("ok")])
+    async with running_kernel(provider, tools=TOOLS) as kernel, serve(kernel, tool_approval=policy) as url:
+
+        async def go() -> Any:
+            async with client(url) as c:
+                return await c.ask(text("g", "go", stream=True))
+
+        frames = await in_asyncio(go)
+    assert names(frames) == ["ToolCall", "ToolResult", "Stream", "Complete"]  # no ToolConfirmationRequest
+    if policy == "reject":
+        assert body(frames[1])[1]["result"] == "tool call rejected: the user declined to run guarded (declined by [transports.agent_cli] tool_approval)"
+    else:
+        assert body(frames[1])[1]["result"] == "4"
+
+
 @pytest.mark.parametrize("confirmed", [True, False])
 async def test_turn_confirmation(confirmed: bool) -> None:
     provider = ScriptedProvider([text_turn("one"), text_turn("two")])

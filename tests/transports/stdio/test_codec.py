@@ -20,6 +20,17 @@ def test_commands_decode_with_the_default_session() -> None:
     assert isinstance(parts, m.Prompt) and isinstance(parts.parts[0], m.ImagePart) and parts.parts[0].data == b"\x89PNG"[:3]
 
 
+def test_runs_carry_the_transports_policy_unless_they_choose_their_own() -> None:
+    policy = m.ApprovalPolicy(mode="reject", reason="no")
+    codec = StdioCodec("d", approval=policy)
+    for line in (b'{"type":"prompt","text":"hi"}', b'{"type":"regenerate"}', b'{"type":"continue"}'):
+        command = codec.decode(line)
+        assert isinstance(command, (m.Prompt, m.Regenerate, m.Continue)) and command.options.approval == policy
+    own = codec.decode(b'{"type":"prompt","text":"hi","options":{"approval":{"mode":"approve"}}}')
+    assert isinstance(own, m.Prompt) and own.options.approval == m.ApprovalPolicy(mode="approve")
+    assert codec.decode(b'{"type":"interrupt"}') == m.Interrupt(session_id="d")
+
+
 def test_errors_name_the_problem_and_keep_the_request_id() -> None:
     codec = StdioCodec("d")
     cases = {
