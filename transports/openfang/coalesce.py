@@ -1,4 +1,4 @@
-"""Text-delta coalescing, sans-IO: the caller passes the clock in.
+"""Text-delta coalescing, sans-IO: a pure piece of the codec; the caller passes the clock in.
 
 OpenFang buffers streamed text and sends one ``text_delta`` after 100 ms or once 200
 characters are buffered, and always before any other event, so a fast model produces
@@ -7,12 +7,17 @@ throughput lever (see the architecture notes), and clients see the same text.
 
 The object never sleeps: the I/O layer asks for :attr:`DeltaCoalescer.deadline`, waits
 for the next kernel event at most until then, and calls :meth:`DeltaCoalescer.due`
-when the wait timed out.  Tests drive it with any numbers they like.
+when the wait timed out.  Tests drive it with any numbers they like.  Both streams of
+the dialect use it: the socket's ``text_delta`` frames and the SSE ``chunk`` events.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class DeltaCoalescer:
@@ -34,11 +39,6 @@ class DeltaCoalescer:
         return self.window_s > 0 and self.max_chars > 0
 
     @property
-    def pending(self) -> str:
-        """The buffered text (not yet sent)."""
-        return "".join(self._parts)
-
-    @property
     def deadline(self) -> float | None:
         """When the buffered text must go out; None when nothing is buffered."""
         return None if not self._parts else self._deadline
@@ -56,6 +56,23 @@ class DeltaCoalescer:
         if self._size >= self.max_chars:
             return self.flush()
         return None
+
+    def merge(self, items: Iterable[T], now: float, text: Callable[[T], str | None], wrap: Callable[[str], T]) -> list[T]:
+        """``items`` in their order with the streamed text coalesced.
+
+        ``text(item)`` is an item's streamed text, None for any other item: buffered text
+        goes out before such an item. ``wrap`` turns merged text back into an item. One
+        helper for every stream of the dialect (WebSocket frames, SSE events).
+        """
+        out: list[T] = []
+        for item in items:
+            piece = text(item)
+            ready = self.flush() if piece is None else self.push(piece, now)
+            if ready is not None:
+                out.append(wrap(ready))
+            if piece is None:
+                out.append(item)
+        return out
 
     def due(self, now: float) -> str | None:
         """The buffered text if its deadline has passed, else None."""

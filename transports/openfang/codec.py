@@ -1,31 +1,43 @@
-"""Sans-IO codec of the OpenFang dialect.
+"""Sans-IO codec of the OpenFang socket dialect.
 
-Inbound: :func:`decode_frame` turns one client text frame into a kernel command, a
-``Ping``, a :class:`LocalCommand` (answered by the transport from its own state) or an
-:class:`~.wire.ErrorOut` with OpenFang's exact wording.  It never raises.
+:class:`Connection` is one socket's worth of dialect state, as h11's ``Connection`` is
+an HTTP connection's: frames in -> what to do (a kernel command, a local command, or a
+frame to send back); kernel events in -> frames out. It owns the verbose level, one
+:class:`Outbound` (turn encoder + text coalescer) per session the socket follows, the
+requests the socket sent (it renders only its own turns) and the question pending for
+it. The server feeds it and sends what it returns; it does no I/O, and nothing a client
+sends makes it raise.
 
-Outbound: :class:`TurnEncoder` turns the kernel events of the runs one client started
-into OpenFang's turn sequence; :class:`Outbound` adds text-delta coalescing on top.
-Both are pure: the caller owns the clock and the socket.
+The pieces it is made of are pure functions and small classes, tested on their own:
+:func:`decode_frame` (one client frame -> a kernel command, a ``Ping``, a
+:class:`LocalCommand` or an :class:`~.wire.ErrorOut` with OpenFang's exact wording),
+:class:`TurnEncoder` (kernel events of the runs one client started -> OpenFang's turn
+sequence) and :class:`Outbound` (that plus text coalescing, clock passed in).
 """
 
 from __future__ import annotations
 
-import json
+import itertools
 import unicodedata
+import uuid
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import msgspec
 
 from kernel import model as m
+from transports.shared.jsonwire import decode_json
 
 from .coalesce import DeltaCoalescer
 from .wire import (
+    AgentEntry,
+    AgentsUpdated,
     ApprovalInfo,
     CommandResult,
+    Connected,
     ErrorOut,
     Phase,
+    Pong,
     Pressure,
     ResponseOut,
     ServerEvent,
@@ -43,9 +55,29 @@ LOCAL_COMMANDS = frozenset({"help", "compact", "usage", "context", "verbose", "q
 #: Our extensions for the questions OpenFang never asks (tool approval, turn limit).
 APPROVAL_WORDS = {"/approve": True, "/allow": True, "/deny": False, "/reject": False}
 MAX_SESSION_ID_CHARS = 128
-#: OpenFang's verbose levels: how much of a tool's input and result is shown.
+#: OpenFang's verbose levels, in the order ``/verbose`` cycles them: how much of a tool's input and result is shown.
+VERBOSE_LEVELS: tuple[VerboseLevel, ...] = ("off", "on", "full")
 INPUT_PREVIEW = {"on": 100, "full": 500}
 RESULT_PREVIEW = {"on": 200, "full": 4000}
+#: Why a question is declined when the socket that was asked goes away.
+CLIENT_GONE = "the client disconnected"
+
+#: The commands OpenFang's dashboard offers and this transport answers (name, description, category).
+WEB_COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("help", "Show available commands", "general"),
+    ("new", "Reset session (clear history)", "session"),
+    ("reset", "Reset session (clear history)", "session"),
+    ("compact", "Trigger LLM session compaction", "session"),
+    ("model", "Show or switch model (/model [name])", "agent"),
+    ("stop", "Cancel current agent run", "session"),
+    ("usage", "Show session token usage", "info"),
+    ("context", "Show context window usage & pressure", "info"),
+    ("verbose", "Cycle tool detail level (/verbose [off|on|full])", "display"),
+    ("queue", "Check if agent is processing", "info"),
+    ("approve", "Run the tool waiting for approval (/approve [always])", "session"),
+    ("deny", "Decline the tool waiting for approval (/deny [reason])", "session"),
+    ("continue", "Continue past the agent's turn limit", "session"),
+)
 
 
 class Ping(msgspec.Struct, frozen=True):
@@ -58,6 +90,11 @@ class LocalCommand(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     args: str = ""
     session_id: str | None = None
+
+    @property
+    def needs_session(self) -> bool:
+        """Whether the answer needs the session's :class:`SessionFacts` (all but ``verbose``)."""
+        return self.name != "verbose"
 
 
 class Upload(msgspec.Struct, frozen=True, kw_only=True):
@@ -78,20 +115,42 @@ class DecodeContext(msgspec.Struct, frozen=True, kw_only=True):
     #: call id of a tool approval this client was asked for, if any
     pending_approval: str | None = None
     awaiting_turns: bool = False
+    #: the approval policy every prompt carries (None: the kernel's default, ask)
+    approval: m.ApprovalPolicy | None = None
 
 
 class Decoded(msgspec.Struct, frozen=True):
-    """The decoded frame and, for ``command`` frames, the name to answer under."""
+    """What one frame asks for, and the OpenFang command name it answers to."""
 
     item: m.Command | Ping | LocalCommand | ErrorOut
     command: str | None = None
 
 
+class Action(msgspec.Struct, frozen=True):
+    """A frame's command for the server to carry out (in the session it resolves), and
+    the OpenFang command name its answer goes out under."""
+
+    command: m.Command | LocalCommand
+    name: str = ""
+
+
+class SessionFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """What the server looks up for a :class:`LocalCommand` (``queue``, ``usage``, ``help``...)."""
+
+    session_id: str
+    #: the session's info (None: it does not exist yet)
+    info: m.SessionInfo | None = None
+    #: how many history messages the agent's model sees
+    history_window: int = 0
+    #: the kernel's slash commands
+    commands: tuple[m.CommandInfo, ...] = ()
+
+
 def decode_frame(text: str, ctx: DecodeContext) -> Decoded:
     """One client frame → what to do.  Never raises (fuzzed)."""
     try:
-        parsed: Any = json.loads(text)
-    except (ValueError, RecursionError):
+        parsed: Any = decode_json(text)
+    except msgspec.DecodeError:
         parsed = {"type": "message", "content": text}
     obj: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
     kind = obj.get("type")
@@ -139,7 +198,10 @@ def _decode_message(obj: dict[str, Any], session_id: str | None, ctx: DecodeCont
             return Decoded(ErrorOut(content=f"Attachment not found: {file_id} (upload it again)"))
         parts.append(attachment_part(upload))
     return Decoded(
-        m.Prompt(text=content, parts=tuple(parts), agent_id=ctx.agent_id, session_id=session_id, request_id=ctx.request_id)
+        m.Prompt(
+            text=content, parts=tuple(parts), agent_id=ctx.agent_id, session_id=session_id, request_id=ctx.request_id,
+            options=m.PromptOptions(approval=ctx.approval),
+        )
     )
 
 
@@ -161,7 +223,7 @@ def _typed_answer(content: str, session_id: str | None, ctx: DecodeContext) -> D
 
 def decode_command(name: str, args: str, session_id: str | None, ctx: DecodeContext) -> Decoded:
     """A ``command`` frame → kernel command or local command (OpenFang's names)."""
-    ids = {"session_id": session_id, "request_id": ctx.request_id}
+    ids: dict[str, Any] = {"session_id": session_id, "request_id": ctx.request_id}
     if name == "stop":
         return Decoded(m.Interrupt(**ids), name)
     if name in ("new", "reset"):
@@ -187,8 +249,8 @@ def sanitize_user_input(content: str) -> str:
     """OpenFang's sanitizer: unwrap a JSON envelope, drop control characters, trim."""
     if content.startswith("{"):
         try:
-            inner = json.loads(content)
-        except (ValueError, RecursionError):
+            inner = decode_json(content)
+        except msgspec.DecodeError:
             inner = None
         if isinstance(inner, dict) and isinstance(inner.get("content"), str):
             content = inner["content"]
@@ -200,6 +262,10 @@ def attachment_part(upload: Upload) -> m.ContentPart:
     if upload.content_type.lower().startswith("image/"):
         return m.ImagePart(data=upload.data, mime_type=upload.content_type)
     return m.FilePart(name=upload.filename, data=upload.data, content_type=upload.content_type)
+
+
+def agent_entry(info: m.AgentInfo) -> AgentEntry:
+    return AgentEntry(id=info.id, name=info.name, state="Running", model_provider=info.provider, model_name=info.model)
 
 
 def command_result(command: str, reply: m.Reply | m.KernelError) -> CommandResult | ErrorOut:
@@ -230,9 +296,10 @@ def command_result(command: str, reply: m.Reply | m.KernelError) -> CommandResul
 def next_verbose(current: VerboseLevel, args: str) -> VerboseLevel:
     """``/verbose off|on|full`` sets the level; anything else cycles off → on → full → off."""
     wanted = args.strip().lower()
-    if wanted in ("off", "on", "full"):
-        return wanted  # type: ignore[return-value]
-    return {"off": "on", "on": "full", "full": "off"}[current]  # type: ignore[return-value]
+    for level in VERBOSE_LEVELS:
+        if level == wanted:
+            return level
+    return VERBOSE_LEVELS[(VERBOSE_LEVELS.index(current) + 1) % len(VERBOSE_LEVELS)]
 
 
 def context_pressure(input_tokens: int, window_tokens: int) -> Pressure:
@@ -245,6 +312,19 @@ def context_pressure(input_tokens: int, window_tokens: int) -> Pressure:
     if pct > 50:
         return "medium"
     return "low"
+
+
+def too_large(limit_bytes: int) -> ErrorOut:
+    return ErrorOut(content=f"Message too large (max {limit_bytes // 1024}KB)")
+
+
+def rate_limited(limit_per_minute: int) -> ErrorOut:
+    return ErrorOut(content=f"Rate limit exceeded. Max {limit_per_minute} messages per minute.")
+
+
+def idle_closed(idle_s: float) -> ErrorOut:
+    minutes = f"{idle_s / 60:g} min" if idle_s >= 60 else f"{idle_s:g} s"
+    return ErrorOut(content=f"Connection closed due to inactivity ({minutes} timeout)")
 
 
 def _preview(text: str, limit: int) -> str:
@@ -268,19 +348,18 @@ class TurnEncoder:
         self.awaiting_turns = False
         self.last_input_tokens = 0
 
-    def owns(self, event: m.Event) -> bool:
-        request_id = getattr(event, "request_id", None)
-        return request_id is not None and request_id in self.mine and hasattr(event, "run_id")
-
     def feed(self, event: m.Event) -> list[ServerEvent]:
-        if not self.owns(event):
+        if isinstance(event, m.SubscriberLagged):
+            return [ErrorOut(content=f"This connection fell behind and missed events: {event.error.message}")]
+        if not isinstance(event, m.RunEvent) or event.request_id not in self.mine:
             return []
-        run_id: str = event.run_id  # type: ignore[union-attr]
+        run_id = event.run_id
         match event:
             case m.RunStarted():
                 self.streamed[run_id] = []
                 return [Typing(state="start"), Phase(phase="streaming")]
             case m.TurnStarted(iteration=iteration):
+                self.awaiting_turns = False
                 return [Phase(phase="thinking")] if iteration > 0 else []
             case m.TextDelta(text=text):
                 self.streamed.setdefault(run_id, []).append(text)  # joined at the end: no quadratic +=
@@ -293,9 +372,10 @@ class TurnEncoder:
                 return out
             case m.ToolApprovalRequested():
                 return [self._approval(event)]
-            case m.ToolResult(call_id=call_id, name=name, result=result, is_error=is_error):
+            case m.ToolResult(call_id=call_id, name=name, result=result, outcome=outcome):
                 if self.pending_approval == call_id:
                     self.pending_approval = None
+                is_error = outcome != "ok"
                 if self.verbose == "off":
                     return [ToolResultOut(id=call_id, tool=name, is_error=is_error)]
                 return [ToolResultOut(id=call_id, tool=name, result=_preview(result, RESULT_PREVIEW[self.verbose]), is_error=is_error)]
@@ -360,6 +440,14 @@ class TurnEncoder:
         return [*out, Phase(phase="done"), Typing(state="stop"), response]
 
 
+def _delta_text(frame: ServerEvent) -> str | None:
+    return frame.content if isinstance(frame, TextDeltaOut) else None
+
+
+def _delta(text: str) -> ServerEvent:
+    return TextDeltaOut(content=text)
+
+
 class Outbound:
     """A :class:`TurnEncoder` plus text coalescing: events in, frames out, clock passed in."""
 
@@ -372,22 +460,183 @@ class Outbound:
         return self.coalescer.deadline
 
     def feed(self, events: Iterable[m.Event], now: float) -> list[ServerEvent]:
-        out: list[ServerEvent] = []
-        for event in events:
-            for item in self.encoder.feed(event):
-                if isinstance(item, TextDeltaOut):
-                    text = self.coalescer.push(item.content, now)
-                    if text is not None:
-                        out.append(TextDeltaOut(content=text))
-                else:
-                    out.extend(self.flush())
-                    out.append(item)
-        return out
+        frames = (frame for event in events for frame in self.encoder.feed(event))
+        return self.coalescer.merge(frames, now, _delta_text, _delta)
 
     def tick(self, now: float) -> list[ServerEvent]:
         text = self.coalescer.due(now)
         return [TextDeltaOut(content=text)] if text is not None else []
 
-    def flush(self) -> list[ServerEvent]:
-        text = self.coalescer.flush()
-        return [TextDeltaOut(content=text)] if text is not None else []
+
+class Connection:
+    """One OpenFang socket: frames in -> what to do; a followed session's events in -> frames out.
+
+    The server resolves sessions and runs commands; everything the dialect remembers
+    between frames is here. Questions (tool approval, turn limit) are answered by the
+    client unless ``approval`` (set on every prompt) decides them.
+    """
+
+    def __init__(
+        self,
+        agent_id: str,
+        *,
+        approval: m.ApprovalPolicy | None = None,
+        window_tokens: int = 200_000,
+        coalesce_s: float = 0.1,
+        coalesce_chars: int = 200,
+    ) -> None:
+        self.agent_id = agent_id
+        self.approval = approval
+        self.window_tokens = window_tokens
+        self.coalesce_s = coalesce_s
+        self.coalesce_chars = coalesce_chars
+        self.verbose: VerboseLevel = "full"
+        #: The session this socket prompted last: where its commands go by default.
+        self.last_session: str | None = None
+        self._prefix = f"of-{uuid.uuid4().hex[:12]}"
+        self._requests = itertools.count(1)
+        self._mine: set[str] = set()
+        self._followed: dict[str, Outbound] = {}
+        self._agents: tuple[AgentEntry, ...] = ()
+
+    # ------------------------------------------------------------ agents
+
+    def hello(self, agents: Iterable[m.AgentInfo]) -> list[ServerEvent]:
+        """The frames a new socket gets: ``connected``, then the agent list."""
+        self._agents = tuple(agent_entry(info) for info in agents)
+        return [Connected(agent_id=self.agent_id), AgentsUpdated(agents=self._agents)]
+
+    def agents_changed(self, agents: Iterable[m.AgentInfo]) -> list[ServerEvent]:
+        """``agents_updated`` again, only when the list differs from the last one sent."""
+        listing = tuple(agent_entry(info) for info in agents)
+        if listing == self._agents:
+            return []
+        self._agents = listing
+        return [AgentsUpdated(agents=listing)]
+
+    # ----------------------------------------------------------- inbound
+
+    def receive(self, text: str, *, uploads: Mapping[str, Upload] = {}, kernel_commands: Collection[str] = ()) -> Action | list[ServerEvent]:
+        """One client frame -> the command to carry out, or the frames to send back at once."""
+        current = self._followed.get(self.last_session) if self.last_session is not None else None
+        ctx = DecodeContext(
+            agent_id=self.agent_id,
+            request_id=f"{self._prefix}-{next(self._requests)}",
+            uploads=uploads,
+            kernel_commands=kernel_commands,
+            pending_approval=current.encoder.pending_approval if current else None,
+            awaiting_turns=current.encoder.awaiting_turns if current else False,
+            approval=self.approval,
+        )
+        decoded = decode_frame(text, ctx)
+        item = decoded.item
+        if isinstance(item, Ping):
+            return [Pong()]
+        if isinstance(item, ErrorOut):
+            return [item]
+        return Action(item, decoded.command or "")
+
+    def sending(self, prompt: m.Prompt, session_id: str) -> m.Prompt:
+        """The prompt as it goes to ``session_id`` (which this socket must follow): its turn is rendered here."""
+        assert prompt.request_id is not None and session_id in self._followed
+        self._mine.add(prompt.request_id)
+        self.last_session = session_id
+        return msgspec.structs.replace(prompt, session_id=session_id)
+
+    def refused(self, error: m.KernelError, prompt: m.Prompt | None = None) -> list[ServerEvent]:
+        """A command (or the prompt) the kernel refused: OpenFang's error frame."""
+        if prompt is not None and prompt.request_id is not None:
+            self._mine.discard(prompt.request_id)
+        return [ErrorOut(content=error.message)]
+
+    def answered(self, command: str, reply: m.Reply | m.KernelError) -> list[ServerEvent]:
+        """The ``command_result`` (or error) for a command the kernel carried out."""
+        return [command_result(command, reply)]
+
+    def local(self, command: LocalCommand, facts: SessionFacts | None = None) -> list[ServerEvent]:
+        """The answer to a local command; ``facts`` when :attr:`LocalCommand.needs_session`."""
+        name = command.name
+        if name == "verbose":
+            self.verbose = next_verbose(self.verbose, command.args)
+            for outbound in self._followed.values():
+                outbound.encoder.verbose = self.verbose
+            return [CommandResult(command=name, message=f"Verbose level: **{self.verbose}**")]
+        assert facts is not None
+        return [self._local_answer(name, facts)]
+
+    def _local_answer(self, name: str, facts: SessionFacts) -> CommandResult:
+        info = facts.info
+        if name == "queue":
+            busy = info is not None and (info.run_id is not None or info.queued > 0)
+            return CommandResult(command=name, message="Agent is processing a request..." if busy else "Agent is idle.")
+        if name == "usage":
+            usage = info.usage if info is not None else m.Usage()
+            tokens_in, tokens_out = usage.input_tokens, usage.output_tokens
+            return CommandResult(command=name, message=f"Session usage: ~{tokens_in} in / ~{tokens_out} out (~{tokens_in + tokens_out} total)")
+        if name == "context":
+            return self._context(facts)
+        if name == "compact":
+            return CommandResult(command=name, message=(
+                f"Compaction is not available here: the model always sees the last {facts.history_window} messages. "
+                "Use /new to clear the history."
+            ))
+        if name == "budget":
+            return CommandResult(command=name, message="No spending limits are configured: this gateway does not meter costs.")
+        if name == "peers":
+            return CommandResult(command=name, message="OFP network disabled.")
+        if name == "a2a":
+            return CommandResult(command=name, message="No external A2A agents discovered.")
+        ours = {n for n, _, _ in WEB_COMMANDS}
+        lines = [f"`/{n}` — {d}" for n, d, _ in WEB_COMMANDS]
+        lines += [f"`/{c.name}` — {c.description}" for c in facts.commands if c.name not in ours]
+        return CommandResult(command="help", message="Available commands:\n" + "\n".join(lines))
+
+    def _context(self, facts: SessionFacts) -> CommandResult:
+        window = self.window_tokens
+        followed = self._followed.get(facts.session_id)
+        tokens = followed.encoder.last_input_tokens if followed else 0
+        pressure = context_pressure(tokens, window)
+        count = facts.info.message_count if facts.info is not None else 0
+        message = (
+            f"Session {facts.session_id}: {count} messages in history; the model sees the last {facts.history_window}.\n"
+            f"Last request: ~{tokens} input tokens of a {window}-token window "
+            f"({min(tokens / max(window, 1) * 100, 100):.1f}%). Pressure: {pressure}."
+        )
+        return CommandResult(command="context", message=message, context_pressure=pressure)
+
+    # ---------------------------------------------------------- outbound
+
+    def follows(self, session_id: str) -> bool:
+        return session_id in self._followed
+
+    def follow(self, session_id: str) -> None:
+        """Start rendering ``session_id`` (the server subscribed to it before its first prompt)."""
+        encoder = TurnEncoder(self._mine, verbose=self.verbose, window_tokens=self.window_tokens)
+        self._followed[session_id] = Outbound(encoder, DeltaCoalescer(self.coalesce_s, self.coalesce_chars))
+
+    def deadline(self, session_id: str) -> float | None:
+        """When the session's buffered text must go out (wait for its events until then)."""
+        followed = self._followed.get(session_id)
+        return followed.deadline if followed else None
+
+    def on_events(self, session_id: str, events: list[m.Event], now: float) -> list[ServerEvent]:
+        """A batch of the session's events (``[]``: its deadline passed) -> frames to send."""
+        followed = self._followed[session_id]
+        return followed.feed(events, now) if events else followed.tick(now)
+
+    def unfollow(self, session_id: str) -> list[m.Command]:
+        """Stop rendering a session (its feed ended, or the socket went away).
+
+        Returns the commands that decline the questions it left open: nobody is left
+        to answer them, so they are answered "no" now rather than at their timeout.
+        """
+        followed = self._followed.pop(session_id, None)
+        if followed is None:
+            return []
+        encoder = followed.encoder
+        declines: list[m.Command] = []
+        if encoder.pending_approval is not None:
+            declines.append(m.ResolveToolApproval(session_id=session_id, call_id=encoder.pending_approval, approved=False, reason=CLIENT_GONE))
+        if encoder.awaiting_turns:
+            declines.append(m.ResolveTurnLimit(session_id=session_id, confirmed=False, reason=CLIENT_GONE))
+        return declines

@@ -1,8 +1,27 @@
-"""``[transports.openfang]``: the shared server settings with OpenFang's defaults."""
+"""``[transports.openfang]``: the shared server settings with OpenFang's defaults, and
+who answers a run's questions (tool approval, turn limit) on each of its carriers.
+
+The socket can put a question to its client (``/approve``, ``/deny``, ``/continue``), so
+it asks by default. A REST or SSE client cannot answer, so those runs are decided by
+``rest_tool_approval``: declined by default, with a reason the model sees. ``"ask"``
+there would only wait for the kernel's approval timeout, and is refused at load time.
+"""
 
 from __future__ import annotations
 
+from kernel import model as m
 from transports.shared import ServerConfig
+
+#: What the model is told when a REST run's tool call is declined by the policy.
+REST_DENIAL = "tool approval is not possible over the REST API; connect over the WebSocket to approve tools"
+
+
+def rest_policy(setting: m.ApprovalSetting) -> m.ApprovalPolicy:
+    """The policy of REST runs (a mode or a table); ValueError if it would ask."""
+    policy = m.approval_policy(setting, reason=REST_DENIAL)
+    if "ask" in (policy.mode, policy.at_turn_limit()):
+        raise ValueError('rest_tool_approval: REST clients cannot be asked; use "reject", "approve" or a table without "ask"')
+    return policy
 
 
 class OpenFangConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
@@ -34,3 +53,19 @@ class OpenFangConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
     context_window_tokens: int = 200_000
     #: How often sockets check whether the agent list changed (``agents_updated``).
     agents_poll_s: float = 5.0
+    #: Questions of runs started over the socket: ``"ask"`` its client, ``"approve"``,
+    #: ``"reject"``, or a table (``mode``, ``allow_tools``, ``allow_categories``, ``turn_limit``, ``reason``).
+    tool_approval: m.ApprovalSetting = "ask"
+    #: Questions of runs started over REST / SSE, whose clients cannot answer: as above, without ``"ask"``.
+    rest_tool_approval: m.ApprovalSetting = "reject"
+
+    def __post_init__(self) -> None:
+        rest_policy(self.rest_tool_approval)  # refused at load time, not at the first request
+
+    @property
+    def socket_policy(self) -> m.ApprovalPolicy:
+        return m.approval_policy(self.tool_approval)
+
+    @property
+    def rest_policy(self) -> m.ApprovalPolicy:
+        return rest_policy(self.rest_tool_approval)

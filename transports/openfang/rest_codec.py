@@ -1,6 +1,7 @@
-"""Sans-IO shapes of the OpenFang REST API and its SSE stream.
+"""Sans-IO shapes of the OpenFang REST API and its SSE stream (a pure piece of the codec).
 
-Pure functions from kernel data to the JSON OpenFang clients read: the dashboard
+Request bodies, and pure functions from kernel data to the JSON OpenFang clients read
+(the handlers in ``rest.py`` do the I/O): the dashboard
 compares history roles with ``"User"`` exactly, wants an ``active`` flag on sessions
 and ``cmd``/``desc`` on commands (newer builds read ``name``/``description``: both are
 sent); the SDKs read only the ``data:`` lines of the stream.
@@ -9,41 +10,39 @@ sent); the SDKs read only the ``data:`` lines of the stream.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
+
+import msgspec
 
 from kernel import model as m
 
-from .codec import INPUT_PREVIEW, RESULT_PREVIEW
-from .wire import AgentEntry
+from .coalesce import DeltaCoalescer
+from .codec import INPUT_PREVIEW, RESULT_PREVIEW, WEB_COMMANDS
+
+SseEvent = tuple[str, dict[str, Any]]
+_encode: Callable[[Any], bytes] = msgspec.json.Encoder().encode
 
 SURFACES = ("web", "cli", "channel", "all")
 
-#: The commands OpenFang's dashboard offers and this transport answers (name, description, category).
-WEB_COMMANDS: tuple[tuple[str, str, str], ...] = (
-    ("help", "Show available commands", "general"),
-    ("new", "Reset session (clear history)", "session"),
-    ("reset", "Reset session (clear history)", "session"),
-    ("compact", "Trigger LLM session compaction", "session"),
-    ("model", "Show or switch model (/model [name])", "agent"),
-    ("stop", "Cancel current agent run", "session"),
-    ("usage", "Show session token usage", "info"),
-    ("context", "Show context window usage & pressure", "info"),
-    ("verbose", "Cycle tool detail level (/verbose [off|on|full])", "display"),
-    ("queue", "Check if agent is processing", "info"),
-    ("approve", "Run the tool waiting for approval (/approve [always])", "session"),
-    ("deny", "Decline the tool waiting for approval (/deny [reason])", "session"),
-    ("continue", "Continue past the agent's turn limit", "session"),
-)
+
+class MessageBody(msgspec.Struct, kw_only=True):
+    """``POST /api/agents/{id}/message`` and ``.../message/stream``."""
+
+    message: str = ""
+    attachments: list[dict[str, Any]] = []
+    session_id: str | None = None
+
+
+class NewSessionBody(msgspec.Struct, kw_only=True):
+    """``POST /api/agents/{id}/sessions`` (the body is optional)."""
+
+    label: str | None = None
 
 
 def iso_time(timestamp: float) -> str:
     """RFC 3339 in UTC, as OpenFang serialises its ``DateTime<Utc>`` fields."""
     return _dt.datetime.fromtimestamp(timestamp, _dt.UTC).isoformat().replace("+00:00", "Z")
-
-
-def agent_entry(info: m.AgentInfo) -> AgentEntry:
-    return AgentEntry(id=info.id, name=info.name, state="Running", model_provider=info.provider, model_name=info.model)
 
 
 def agent_json(info: m.AgentInfo) -> dict[str, Any]:
@@ -70,7 +69,7 @@ def _tool_cards(message: m.Message, results: dict[str, m.Message]) -> list[dict[
                 "name": call.name,
                 "input": call.arguments[: INPUT_PREVIEW["full"]],
                 "result": (result.content if result else "")[: RESULT_PREVIEW["full"]],
-                "is_error": bool(result and result.content.startswith(("tool error", "tool call rejected"))),
+                "is_error": result is not None and result.outcome not in (None, "ok"),
             }
         )
     return cards
@@ -93,6 +92,19 @@ def history_json(session_id: str, agent_id: str, messages: Sequence[m.Message]) 
             entry["timestamp"] = iso_time(msg.created_at)
         out.append(entry)
     return {"session_id": session_id, "agent_id": agent_id, "message_count": len(out), "messages": out}
+
+
+def message_reply(end: m.RunFinished | m.RunFailed, session_id: str) -> tuple[int, dict[str, Any]]:
+    """``POST /message``: the status and body for the end of its run."""
+    if isinstance(end, m.RunFailed):
+        return http_status(end.error.code), {"error": end.error.message}
+    body: dict[str, Any] = {
+        "response": end.text, "input_tokens": end.usage.input_tokens, "output_tokens": end.usage.output_tokens,
+        "iterations": end.iterations, "cost_usd": None, "session_id": session_id,
+    }
+    if end.interrupted:
+        body["interrupted"] = True
+    return 200, body
 
 
 def session_json(info: m.SessionInfo, active_id: str | None) -> dict[str, Any]:
@@ -141,33 +153,48 @@ def _command_row(name: str, description: str, category: str, source: str) -> dic
 
 
 class SseEncoder:
-    """Kernel events of one run → OpenFang SSE events as ``(event name, JSON object)``.
+    """Kernel events of one run → OpenFang SSE events as ``(event name, JSON bytes)``.
 
-    ``chunk`` carries text (already coalesced by the caller), ``tool_use`` /
+    ``chunk`` carries text (coalesced like the socket's ``text_delta``), ``tool_use`` /
     ``tool_result`` the tool calls, ``phase`` the phases, and ``done`` (always last)
-    the usage.  A failed run sends ``error`` then ``done``.
+    the usage.  A failed run sends ``error`` then ``done``.  The clock is passed in.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, coalescer: DeltaCoalescer) -> None:
         self.finished = False
+        self._coalescer = coalescer
         self._inputs: dict[str, str] = {}
 
-    def feed(self, event: m.Event) -> list[tuple[str, dict[str, Any]]]:
+    @property
+    def deadline(self) -> float | None:
+        """When buffered text must go out (wait for the run's events until then)."""
+        return self._coalescer.deadline
+
+    def feed(self, events: Iterable[m.Event], now: float) -> list[tuple[str, bytes]]:
+        items = (item for event in events for item in self._event(event))
+        return [(name, _encode(data)) for name, data in self._coalescer.merge(items, now, _chunk_text, _chunk)]
+
+    def tick(self, now: float) -> list[tuple[str, bytes]]:
+        text = self._coalescer.due(now)
+        return [] if text is None else [("chunk", _encode(_chunk(text)[1]))]
+
+    def _event(self, event: m.Event) -> list[SseEvent]:
         match event:
             case m.RunStarted():
                 return [("phase", {"phase": "streaming", "detail": None})]
             case m.TurnStarted(iteration=iteration) if iteration > 0:
                 return [("phase", {"phase": "thinking", "detail": None})]
             case m.TextDelta(text=text):
-                return [("chunk", {"content": text, "done": False})]
+                return [_chunk(text)]
             case m.ToolCallStarted(call_id=call_id, name=name, arguments=arguments):
                 self._inputs[call_id] = arguments[: INPUT_PREVIEW["full"]]
                 return [
                     ("tool_use", {"tool": name, "id": call_id}),
                     ("phase", {"phase": "tool_use", "detail": name}),
                 ]
-            case m.ToolResult(call_id=call_id, name=name, result=result, is_error=is_error):
-                return [("tool_result", {"tool": name, "id": call_id, "input": self._inputs.pop(call_id, ""), "result": result[: RESULT_PREVIEW["full"]], "is_error": is_error})]
+            case m.ToolResult(call_id=call_id, name=name, result=result, outcome=outcome):
+                input_ = self._inputs.pop(call_id, "")
+                return [("tool_result", {"tool": name, "id": call_id, "input": input_, "result": result[: RESULT_PREVIEW["full"]], "is_error": outcome != "ok"})]
             case m.RunFinished(usage=usage, interrupted=interrupted):
                 self.finished = True
                 done: dict[str, Any] = {"done": True, "usage": _usage(usage)}
@@ -178,6 +205,15 @@ class SseEncoder:
                 self.finished = True
                 return [("error", {"error": error.message}), ("done", {"done": True, "usage": _usage(usage)})]
         return []
+
+
+def _chunk(text: str) -> SseEvent:
+    return ("chunk", {"content": text, "done": False})
+
+
+def _chunk_text(item: SseEvent) -> str | None:
+    name, data = item
+    return str(data["content"]) if name == "chunk" else None
 
 
 def _usage(usage: m.Usage) -> dict[str, int]:

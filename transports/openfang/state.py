@@ -1,12 +1,12 @@
-"""What the OpenFang transport remembers between requests.
+"""What the OpenFang transport remembers between requests (server side, shared by
+its sockets and its REST handlers).
 
 * :class:`Agents`: agents by their stable UUID, with OpenFang's 400/404 answers.
 * :class:`ActiveSessions`: OpenFang's REST model — each agent has one *active*
-  session that ``/session``, ``/sessions``, ``/switch``, ``/stop`` and sockets use
-  (unless a frame names a ``session_id``).  Restored from the store on first use.
+  session that ``/session``, ``/sessions``, ``/switch`` and sockets use (unless a
+  frame names a ``session_id``), restored from the store on first use; and the
+  sessions used through this transport, which ``/stop`` interrupts.
 * :class:`UploadStore`: attachments in memory, bounded by total size and age.
-* :class:`EventFeed`: a kernel subscription that resumes itself after a lag and
-  can wait with a deadline (for text coalescing).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import anyio
 
 from kernel import Kernel
 from kernel import model as m
-from kernel.settings import AgentSettings
 from transports.shared import HttpError
 
 from .codec import Upload
@@ -32,18 +31,18 @@ class Agents:
     def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel
 
-    def resolve(self, raw_id: str) -> AgentSettings:
-        """The agent for a path id: 400 ``Invalid agent ID`` unless a UUID, 404 if unknown."""
-        for agent in self.kernel.settings.agents:
-            if agent.agent_id() == raw_id:
-                return agent
+    def resolve(self, raw_id: str) -> str:
+        """The agent id for a path id: 400 ``Invalid agent ID`` unless a UUID, 404 if unknown."""
+        ids = [agent.agent_id() for agent in self.kernel.settings.agents]
+        if raw_id in ids:
+            return raw_id
         try:
             wanted = str(uuid.UUID(raw_id))
         except ValueError:
             raise HttpError(400, "Invalid agent ID", code="invalid_request") from None
-        for agent in self.kernel.settings.agents:
-            if agent.agent_id().lower() == wanted:
-                return agent
+        for agent_id in ids:
+            if agent_id.lower() == wanted:
+                return agent_id
         raise HttpError(404, "Agent not found", code="not_found")
 
     def infos(self) -> list[m.AgentInfo]:
@@ -59,9 +58,6 @@ class ActiveSessions:
         self._touched: dict[str, set[str]] = {}
         self._lock = anyio.Lock()
 
-    def peek(self, agent_id: str) -> str | None:
-        return self._active.get(agent_id)
-
     async def get(self, agent_id: str) -> str:
         """The agent's active session id: the newest stored one, or a new one."""
         current = self._active.get(agent_id)
@@ -75,32 +71,36 @@ class ActiveSessions:
                 if listing.sessions:
                     current = max(listing.sessions, key=lambda s: s.created_at).session_id
                 else:
-                    current = await self.create(agent_id)
+                    current = (await self.create(agent_id)).session_id
                 self.switch(agent_id, current)
             return current
 
-    async def create(self, agent_id: str, label: str | None = None) -> str:
+    async def create(self, agent_id: str, label: str | None = None) -> m.SessionInfo:
         """A new session for the agent, which becomes its active one."""
         opened = await self.kernel.execute(m.OpenSession(session_id=uuid.uuid4().hex, agent_id=agent_id, label=label))
         assert isinstance(opened, m.SessionOpened)
         self.switch(agent_id, opened.session.session_id)
-        return opened.session.session_id
+        return opened.session
 
     def switch(self, agent_id: str, session_id: str) -> None:
         self._active[agent_id] = session_id
         self.touch(agent_id, session_id)
 
     def touch(self, agent_id: str, session_id: str) -> None:
-        """Remember that this transport prompted ``session_id`` for the agent (see ``stop``)."""
+        """Remember that this transport prompted ``session_id`` for the agent (see ``used``)."""
         self._touched.setdefault(agent_id, set()).add(session_id)
 
-    def live_sessions(self, agent_id: str) -> list[str]:
-        """The agent's sessions used through this transport that are loaded right now.
+    def used(self, agent_id: str) -> list[str]:
+        """The agent's sessions used through this transport.
 
         ``POST /stop`` interrupts these: runs of the same agent started through other
         transports (another user's Agent-CLI session, say) are not ours to stop.
         """
-        return [sid for sid in self._touched.get(agent_id, ()) if sid in self.kernel.sessions]
+        return list(self._touched.get(agent_id, ()))
+
+    def forget(self, agent_id: str, session_id: str) -> None:
+        """A session that no longer exists (deleted elsewhere)."""
+        self._touched.get(agent_id, set()).discard(session_id)
 
 
 class UploadStore:

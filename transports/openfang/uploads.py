@@ -1,4 +1,5 @@
-"""Parsing ``POST /api/agents/{id}/upload`` bodies (pure).
+"""Parsing ``POST /api/agents/{id}/upload`` bodies (server side: pure parsing, but its
+refusals are the router's ``HttpError`` 400s).
 
 The dashboard sends ``multipart/form-data`` with a ``file`` part and a ``filename``
 field; older clients sent the raw bytes with ``Content-Type`` and ``X-Filename``
@@ -52,7 +53,8 @@ def _from_multipart(body: bytes, content_type: str) -> tuple[str, str, bytes]:
             file_part = file_part or part
     if file_part is None:
         raise HttpError(400, "Missing 'file' part in multipart upload", code="invalid_request")
-    data = file_part.get_payload(decode=True) or b""
+    payload = file_part.get_payload(decode=True)
+    data = payload if isinstance(payload, bytes) else b""
     filename = field_name or file_part.get_filename() or "upload"
     return filename, file_part.get_content_type(), data
 

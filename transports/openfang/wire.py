@@ -32,47 +32,47 @@ class AgentEntry(msgspec.Struct, frozen=True, kw_only=True):
     model_name: str = ""
 
 
-class Connected(_Out, tag="connected"):
+class Connected(_Out, frozen=True, tag="connected"):
     agent_id: str
 
 
-class AgentsUpdated(_Out, tag="agents_updated"):
+class AgentsUpdated(_Out, frozen=True, tag="agents_updated"):
     agents: tuple[AgentEntry, ...]
 
 
-class Typing(_Out, tag="typing"):
+class Typing(_Out, frozen=True, tag="typing"):
     state: Literal["start", "tool", "stop"]
     tool: str | UnsetType = UNSET
 
 
-class Phase(_Out, tag="phase"):
+class Phase(_Out, frozen=True, tag="phase"):
     phase: Literal["streaming", "thinking", "tool_use", "done", "context_warning"]
     detail: str | None = None
 
 
-class TextDeltaOut(_Out, tag="text_delta"):
+class TextDeltaOut(_Out, frozen=True, tag="text_delta"):
     content: str
 
 
-class ToolStart(_Out, tag="tool_start"):
+class ToolStart(_Out, frozen=True, tag="tool_start"):
     id: str
     tool: str
 
 
-class ToolEnd(_Out, tag="tool_end"):
+class ToolEnd(_Out, frozen=True, tag="tool_end"):
     id: str
     tool: str
     input: str
 
 
-class ToolResultOut(_Out, tag="tool_result"):
+class ToolResultOut(_Out, frozen=True, tag="tool_result"):
     id: str
     tool: str
     result: str | UnsetType = UNSET
     is_error: bool = False
 
 
-class ResponseOut(_Out, tag="response"):
+class ResponseOut(_Out, frozen=True, tag="response"):
     content: str
     input_tokens: int
     output_tokens: int
@@ -83,7 +83,7 @@ class ResponseOut(_Out, tag="response"):
     interrupted: bool | UnsetType = UNSET
 
 
-class SilentComplete(_Out, tag="silent_complete"):
+class SilentComplete(_Out, frozen=True, tag="silent_complete"):
     input_tokens: int
     output_tokens: int
 
@@ -97,18 +97,18 @@ class ApprovalInfo(msgspec.Struct, frozen=True, kw_only=True):
     timeout_s: float | None = None
 
 
-class CommandResult(_Out, tag="command_result"):
+class CommandResult(_Out, frozen=True, tag="command_result"):
     command: str
     message: str
     context_pressure: Pressure | UnsetType = UNSET
     approval: ApprovalInfo | UnsetType = UNSET
 
 
-class ErrorOut(_Out, tag="error"):
+class ErrorOut(_Out, frozen=True, tag="error"):
     content: str
 
 
-class Pong(_Out, tag="pong"):
+class Pong(_Out, frozen=True, tag="pong"):
     pass
 
 

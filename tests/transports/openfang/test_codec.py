@@ -12,11 +12,15 @@ from hypothesis import strategies as st
 from kernel import model as m
 from transports.openfang.coalesce import DeltaCoalescer
 from transports.openfang.codec import (
+    CLIENT_GONE,
+    Action,
+    Connection,
     DecodeContext,
     Decoded,
     LocalCommand,
     Outbound,
     Ping,
+    SessionFacts,
     TurnEncoder,
     Upload,
     command_result,
@@ -25,9 +29,12 @@ from transports.openfang.codec import (
     next_verbose,
     sanitize_user_input,
 )
+from transports.openfang.rest_codec import SseEncoder, history_json
 from transports.openfang.wire import (
+    AgentsUpdated,
     CommandResult,
     ErrorOut,
+    Pong,
     ResponseOut,
     TextDeltaOut,
     decode,
@@ -246,6 +253,119 @@ def test_wire_round_trip() -> None:
     frame = encode(CommandResult(command="context", message="m", context_pressure="low"))
     assert json.loads(frame) == {"type": "command_result", "command": "context", "message": "m", "context_pressure": "low"}
     assert decode(frame) == CommandResult(command="context", message="m", context_pressure="low")
+
+
+def _prompted(conn: Connection, text: str, session_id: str = "s") -> str:
+    """Send a message through ``conn`` to ``session_id``; the request id of its run."""
+    action = conn.receive(text)
+    assert isinstance(action, Action) and isinstance(action.command, m.Prompt)
+    if not conn.follows(session_id):
+        conn.follow(session_id)
+    prompt = conn.sending(action.command, session_id)
+    assert prompt.session_id == session_id and prompt.request_id is not None
+    return prompt.request_id
+
+
+def test_a_connection_decodes_with_its_own_state_and_sets_the_policy_on_prompts() -> None:
+    policy = m.ApprovalPolicy(mode="reject", reason="not here")
+    conn = Connection(AGENT, approval=policy)
+    assert conn.receive('{"type":"ping"}') == [Pong()]
+    assert conn.receive('{"type":"dance"}') == [ErrorOut(content="Unknown message type: dance")]
+    first, second = conn.receive("hi"), conn.receive("hi")
+    assert isinstance(first, Action) and isinstance(first.command, m.Prompt) and isinstance(second, Action)
+    assert first.command.options.approval == policy and first.command.request_id != second.command.request_id
+    stop = conn.receive('{"type":"command","command":"stop"}')
+    assert isinstance(stop, Action) and stop.name == "stop" and isinstance(stop.command, m.Interrupt)
+    assert conn.last_session is None
+    _prompted(conn, "go")
+    assert conn.last_session == "s"
+
+
+def test_a_connection_answers_and_declines_the_questions_of_its_own_runs() -> None:
+    conn = Connection(AGENT, coalesce_s=0)
+    rid = _prompted(conn, "go")
+    assert isinstance(conn.receive("/approve").command, m.Prompt), "no question yet: just text"  # type: ignore[union-attr]
+    ask = m.ToolApprovalRequested(session_id="s", run_id="run", request_id=rid, call_id="c1", name="guarded", arguments="{}")
+    frames = conn.on_events("s", [m.RunStarted(session_id="s", run_id="run", request_id=rid), ask], now=0.0)
+    assert isinstance(frames[-1], CommandResult) and frames[-1].command == "approval"
+    answer = conn.receive("/deny not now")
+    assert isinstance(answer, Action) and answer.name == "deny"
+    assert isinstance(answer.command, m.ResolveToolApproval) and (answer.command.call_id, answer.command.approved, answer.command.reason) == ("c1", False, "not now")
+    limit = m.TurnLimitReached(session_id="s", run_id="run", request_id=rid, current_turns=3, max_turns=3)
+    conn.on_events("s", [limit], now=0.0)
+    assert isinstance(conn.receive("/continue").command, m.ResolveTurnLimit)  # type: ignore[union-attr]
+    # The socket goes away with both questions open: they are declined at once, then forgotten.
+    assert conn.unfollow("s") == [
+        m.ResolveToolApproval(session_id="s", call_id="c1", approved=False, reason=CLIENT_GONE),
+        m.ResolveTurnLimit(session_id="s", confirmed=False, reason=CLIENT_GONE),
+    ]
+    assert conn.unfollow("s") == [] and not conn.follows("s")
+
+
+def test_a_connection_renders_only_its_own_runs_and_reports_lost_events() -> None:
+    conn = Connection(AGENT, coalesce_s=1.0, coalesce_chars=1000)
+    rid = _prompted(conn, "go")
+    mine = [m.RunStarted(session_id="s", run_id="run", request_id=rid), m.TextDelta(session_id="s", run_id="run", request_id=rid, text="par")]
+    theirs = [m.RunStarted(session_id="s", run_id="other", request_id="someone"), m.TextDelta(session_id="s", run_id="other", request_id="someone", text="x")]
+    assert [type(f).__name__ for f in conn.on_events("s", mine + theirs, now=0.0)] == ["Typing", "Phase"]
+    assert conn.deadline("s") == 1.0 and conn.on_events("s", [], now=0.5) == []
+    lagged = m.SubscriberLagged(session_id="s", last_seq=9, error=m.ErrorInfo(code="rate_limited", message="too slow"))
+    assert conn.on_events("s", [lagged], now=0.6) == [
+        TextDeltaOut(content="par"), ErrorOut(content="This connection fell behind and missed events: too slow"),
+    ]
+
+
+def test_a_connection_sends_the_agent_list_again_only_when_it_changed() -> None:
+    conn = Connection(AGENT)
+    one = [m.AgentInfo(id=AGENT, name="General Assistant")]
+    hello = conn.hello(one)
+    assert [type(f).__name__ for f in hello] == ["Connected", "AgentsUpdated"]
+    assert conn.agents_changed(one) == []
+    changed = conn.agents_changed([*one, m.AgentInfo(id="b", name="Researcher")])
+    assert isinstance(changed[0], AgentsUpdated) and [a.name for a in changed[0].agents] == ["General Assistant", "Researcher"]
+
+
+def test_local_commands_answer_from_the_connection_and_the_sessions_facts() -> None:
+    conn = Connection(AGENT)
+    assert conn.local(LocalCommand(name="verbose", args="off")) == [CommandResult(command="verbose", message="Verbose level: **off**")]
+    assert not LocalCommand(name="verbose").needs_session and LocalCommand(name="queue").needs_session
+    busy = m.SessionInfo(session_id="s", agent_id=AGENT, run_id="run", usage=m.Usage(input_tokens=3, output_tokens=4))
+    queued = m.SessionInfo(session_id="s", agent_id=AGENT, queued=1)
+    commands = (m.CommandInfo(name="history", description="past messages"),)
+    facts = SessionFacts(session_id="s", info=busy, history_window=20, commands=commands)
+    assert conn.local(LocalCommand(name="queue"), facts) == [CommandResult(command="queue", message="Agent is processing a request...")]
+    assert conn.local(LocalCommand(name="queue"), SessionFacts(session_id="s", info=queued))[0].message == "Agent is processing a request..."  # type: ignore[union-attr]
+    assert conn.local(LocalCommand(name="queue"), SessionFacts(session_id="s")) == [CommandResult(command="queue", message="Agent is idle.")]
+    assert conn.local(LocalCommand(name="usage"), facts) == [CommandResult(command="usage", message="Session usage: ~3 in / ~4 out (~7 total)")]
+    assert "/history` — past messages" in conn.local(LocalCommand(name="help"), facts)[0].message  # type: ignore[union-attr]
+    assert "last 20 messages" in conn.local(LocalCommand(name="compact"), facts)[0].message  # type: ignore[union-attr]
+
+
+def test_tool_errors_are_read_from_outcomes_never_from_text() -> None:
+    calls = (m.ToolCall(id="a", name="t", arguments="{}"), m.ToolCall(id="b", name="t", arguments="{}"), m.ToolCall(id="c", name="t", arguments="{}"))
+    messages = [
+        m.Message(role="assistant", tool_calls=calls),
+        m.Message(role="tool", tool_call_id="a", content="tool error: looks bad, but it ran", outcome="ok"),
+        m.Message(role="tool", tool_call_id="b", content="no", outcome="rejected"),
+        m.Message(role="tool", tool_call_id="c", content="tool call rejected: an old row without an outcome"),
+    ]
+    cards = history_json("s", AGENT, messages)["messages"][0]["tools"]
+    assert [card["is_error"] for card in cards] == [False, True, False]
+    failed = E(m.ToolResult, call_id="x", name="t", result="boom", outcome="timed_out")
+    assert wire([failed])[0]["is_error"] is True
+    stream = SseEncoder(DeltaCoalescer(0.1, 200))
+    frames = stream.feed([E(m.ToolCallStarted, call_id="x", name="t", arguments="{}"), failed], now=0.0)
+    assert json.loads(frames[-1][1])["is_error"] is True
+
+
+def test_sse_chunks_are_coalesced_and_flushed_before_any_other_event() -> None:
+    stream = SseEncoder(DeltaCoalescer(0.1, 200))
+    assert stream.feed([E(m.RunStarted), E(m.TextDelta, text="a"), E(m.TextDelta, text="b")], now=0.0) == [
+        ("phase", b'{"phase":"streaming","detail":null}'),
+    ]
+    assert stream.deadline == 0.1 and stream.tick(0.05) == [] and stream.tick(0.1) == [("chunk", b'{"content":"ab","done":false}')]
+    events = stream.feed([E(m.TextDelta, text="c"), E(m.RunFinished, text="abc")], now=1.0)
+    assert [name for name, _ in events] == ["chunk", "phase", "done"] and stream.finished
 
 
 json_values = st.recursive(

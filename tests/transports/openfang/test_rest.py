@@ -11,12 +11,15 @@ from typing import Any
 
 import anyio
 import httpx
+import msgspec
 import pytest
 
+from kernel import model as m
 from kernel.testing import ScriptedProvider, failing_turn, text_turn, tool_turn
 from kernel.tools import Tool
 from plugins.providers.echo import EchoProvider
 from tests.asyncio_clients import in_asyncio
+from transports.openfang.config import REST_DENIAL, OpenFangConfig
 
 from ._helpers import connect, make_config, recv_until, serving
 
@@ -284,8 +287,6 @@ async def test_websocket_and_rest_share_the_active_session() -> None:
 
 
 async def test_stop_leaves_runs_of_other_transports_alone() -> None:
-    from kernel import model as m
-
     provider = ScriptedProvider([text_turn(*["x"] * 50)], delay_s=0.02)
     async with serving(provider) as server:
         other = await server.kernel.session(None, server.agent_id)  # e.g. an Agent-CLI user's session
@@ -297,3 +298,24 @@ async def test_stop_leaves_runs_of_other_transports_alone() -> None:
         assert (status, body["message"]) == (200, "No active run to cancel.")
         assert other.active is not None and not other.active.interrupted
         other.interrupt()
+
+
+async def test_rest_tool_approval_chooses_the_policy_of_rest_runs() -> None:
+    guarded = Tool(name="guarded", description="asks", parameters={"type": "object"}, handler=lambda a, c: _noon(), requires_approval=True)
+    provider = ScriptedProvider([tool_turn("guarded", "{}"), text_turn("it ran")])
+    async with serving(provider, tools=[guarded], config=make_config(rest_tool_approval="approve")) as server, httpx.AsyncClient(base_url=server.url) as http:
+        with anyio.fail_after(5):
+            reply = await http.post(f"/api/agents/{server.agent_id}/message", json={"message": "do it"})
+        assert reply.status_code == 200 and reply.json()["response"] == "it ran"
+        tool_message = provider.requests[-1].messages[-1]
+        assert tool_message.role == "tool" and tool_message.content == "noon" and tool_message.outcome == "ok"
+
+
+async def test_rest_tool_approval_cannot_ask() -> None:
+    for setting in ("ask", {"mode": "ask", "turn_limit": "stop"}, {"mode": "reject", "turn_limit": "ask"}):
+        with pytest.raises(msgspec.ValidationError, match="cannot be asked"):
+            msgspec.convert({"rest_tool_approval": setting}, OpenFangConfig)
+    table = msgspec.convert({"rest_tool_approval": {"mode": "reject", "allow_tools": ["clock"]}}, OpenFangConfig)
+    assert table.rest_policy == m.ApprovalPolicy(mode="reject", allow_tools=("clock",), reason=REST_DENIAL)
+    assert table.rest_policy.at_turn_limit() == "stop" and OpenFangConfig().rest_policy == m.ApprovalPolicy(mode="reject", reason=REST_DENIAL)
+    assert OpenFangConfig().socket_policy == m.ApprovalPolicy()

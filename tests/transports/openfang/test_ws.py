@@ -138,24 +138,48 @@ async def test_rate_limit_answers_with_an_error_frame() -> None:
     assert frames[3] == {"type": "error", "content": "Rate limit exceeded. Max 3 messages per minute."}
 
 
+class CountingProvider(ScriptedProvider):
+    """A scripted model that counts the chunks it produced and holds back its last one
+    until ``release`` is set, so what a client saw can be ordered against its stream."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.produced = 0
+        self.release = threading.Event()
+
+    async def stream(self, request: Any) -> Any:
+        self.requests.append(request)
+        turn = self.turns[0]
+        for chunk in turn:
+            await anyio.sleep(self.delay_s)
+            while self.produced == len(turn) - 1 and not self.release.is_set():
+                await anyio.sleep(0.01)
+            self.produced += 1
+            yield chunk
+
+
 async def test_stop_interrupts_a_running_turn() -> None:
-    provider = ScriptedProvider([text_turn(*["word "] * 60)], delay_s=0.03)
+    provider = CountingProvider([text_turn(*["word "] * 60)], delay_s=0.03)
+    chunks = len(provider.turns[0])
     async with serving(provider) as server:
 
-        async def client() -> tuple[list[dict[str, Any]], float]:
+        async def client() -> tuple[list[dict[str, Any]], int]:
             ws = await connect(server.ws_url)
             async with ws:
                 await ws.send('{"type":"message","content":"talk a lot"}')
                 frames = await recv_until(ws, "text_delta")
-                started = time.monotonic()
                 await ws.send('{"type":"command","command":"stop"}')
-                frames += await recv_until(ws, "response", "error")
-                if not any(f["type"] == "command_result" for f in frames):
+                frames += await recv_until(ws, "command_result", "response", "error")
+                produced_at_ack = provider.produced  # the model's progress when the stop was acknowledged
+                provider.release.set()  # a stop that did not interrupt would now let the turn complete
+                if frames[-1]["type"] == "command_result":
+                    frames += await recv_until(ws, "response", "error")
+                else:  # the turn's end overtook the acknowledgement
                     frames.append(await recv(ws))
-                return frames, time.monotonic() - started
+                return frames, produced_at_ack
 
-        frames, elapsed = await in_asyncio(client)
-    assert elapsed < 1.5, "stop must not wait for the turn to finish (60 × 30 ms)"
+        frames, produced_at_ack = await in_asyncio(client)
+    assert produced_at_ack < chunks, "stop must be acknowledged before the model's stream is over"
     assert {"type": "command_result", "command": "stop", "message": "Run cancelled."} in frames
     rest = [f for f in frames if f["type"] != "command_result"]
     assert turn(rest)[-2:] == ["typing:stop", "response"]
@@ -254,6 +278,43 @@ async def test_tool_approval_is_asked_and_answered_over_the_socket() -> None:
     denied = next(f for f in second if f["type"] == "tool_result")
     assert denied["is_error"] is True and "not now" in denied["result"]
     assert {"type": "command_result", "command": "deny", "message": "Denied: the tool will not run."} in second
+
+
+async def test_tool_approval_policy_decides_instead_of_asking_the_socket() -> None:
+    provider = ScriptedProvider([tool_turn("guarded", "{}", call_id="c1"), text_turn("without it")])
+    async with serving(provider, tools=[GUARDED], config=make_config(tool_approval="reject")) as server:
+
+        async def client() -> list[dict[str, Any]]:
+            ws = await connect(server.ws_url)
+            async with ws:
+                await ws.send("go")
+                return await recv_until(ws, "response")
+
+        frames = await in_asyncio(client)
+    assert not any(f["type"] == "command_result" for f in frames), "nobody is asked"
+    result = next(f for f in frames if f["type"] == "tool_result")
+    assert result["is_error"] is True and "declined" in result["result"] and frames[-1]["content"] == "without it"
+
+
+async def test_queue_reports_a_running_turn() -> None:
+    provider = CountingProvider([text_turn("a", "b")])
+    async with serving(provider) as server:
+
+        async def client() -> list[dict[str, Any]]:
+            ws = await connect(server.ws_url)
+            async with ws:
+                await ws.send("go")
+                await recv_until(ws, "text_delta")  # the model holds its last chunk: the turn is running
+                await ws.send('{"type":"command","command":"queue"}')
+                busy = await recv_until(ws, "command_result")
+                provider.release.set()
+                await recv_until(ws, "response")
+                await ws.send('{"type":"command","command":"queue"}')
+                return [busy[-1], await recv(ws)]
+
+        busy, idle = await in_asyncio(client)
+    assert busy == {"type": "command_result", "command": "queue", "message": "Agent is processing a request..."}
+    assert idle == {"type": "command_result", "command": "queue", "message": "Agent is idle."}
 
 
 async def test_text_deltas_are_coalesced_and_coalescing_can_be_disabled() -> None:
