@@ -22,7 +22,7 @@ _EXPORTS: dict[str, str] = {
     "gateway_version": "kernel",
     "Follower": "follow",
     "RunFollower": "follow",
-    "RunWatch": "follow",
+    "RunWatch": "watch",
     "Subscription": "hub",
     "Command": "model",
     "Event": "model",
@@ -76,7 +76,6 @@ if TYPE_CHECKING:
     from .files import WorkspaceFiles as WorkspaceFiles
     from .follow import Follower as Follower
     from .follow import RunFollower as RunFollower
-    from .follow import RunWatch as RunWatch
     from .hub import Subscription as Subscription
     from .kernel import Kernel as Kernel
     from .kernel import ProviderFactory as ProviderFactory
@@ -110,3 +109,4 @@ if TYPE_CHECKING:
     from .tools import Tool as Tool
     from .tools import ToolContext as ToolContext
     from .tools import ToolFailure as ToolFailure
+    from .watch import RunWatch as RunWatch

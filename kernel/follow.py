@@ -8,9 +8,8 @@
   its batch, saying where the gap starts; following then goes on from now, or ends with
   ``stop_on_loss`` (a stream that must not have a hole, such as an SSE stream resumable
   by ``Last-Event-ID``).
-* :class:`RunWatch` — which events belong to one run, and what that run is waiting for:
-  pure bookkeeping, fed with a session's events (the one place that answers "is this
-  event of my run?").
+* :class:`~kernel.watch.RunWatch` (its own pure module, so codecs can use it) — which
+  events belong to one run, and what that run is waiting for.
 * :class:`RunFollower` — a request answered by one run (a REST call, an OpenAI request,
   a Packet message, an editor's prompt): it subscribes, *then* starts the run (so
   nothing is missed), hands out that run's events only, and ends with its
@@ -32,12 +31,9 @@ import msgspec
 
 from .hub import Subscription
 from .model import (
-    RUN_END_EVENTS,
     Accepted,
     ApprovalPolicy,
     Continue,
-    ErrorCode,
-    ErrorInfo,
     Event,
     GetSession,
     Interrupt,
@@ -47,16 +43,14 @@ from .model import (
     Regenerate,
     ResolveToolApproval,
     ResolveTurnLimit,
-    RunEvent,
     RunFailed,
     RunFinished,
     SessionOpened,
     SubscriberLagged,
     ToolApprovalRequested,
-    ToolResult,
     TurnLimitReached,
-    TurnStarted,
 )
+from .watch import RunWatch
 
 if TYPE_CHECKING:
     from .kernel import Kernel
@@ -139,47 +133,6 @@ class Follower:
         self.close()
 
 
-class RunWatch:
-    """One run, picked out of its session's events by the client's request id."""
-
-    def __init__(self, request_id: str, run_id: str | None = None) -> None:
-        self.request_id = request_id
-        self.run_id = run_id
-        self.end: RunFinished | RunFailed | None = None
-        #: The question the run waits on, until it is answered (a tool result, the next turn).
-        self.question: ToolApprovalRequested | TurnLimitReached | None = None
-
-    def feed(self, event: Event) -> bool:
-        """Whether ``event`` belongs to this run (its bookkeeping updated)."""
-        if not isinstance(event, RunEvent) or self.end is not None:
-            return False
-        if self.run_id is None and event.request_id == self.request_id:
-            self.run_id = event.run_id
-        if event.run_id != self.run_id:
-            return False
-        if isinstance(event, (ToolApprovalRequested, TurnLimitReached)):
-            self.question = event
-        elif isinstance(event, ToolResult) and isinstance(self.question, ToolApprovalRequested):
-            if event.call_id == self.question.call_id:
-                self.question = None
-        elif isinstance(event, (TurnStarted, *RUN_END_EVENTS)):
-            self.question = None
-        if isinstance(event, RUN_END_EVENTS):
-            self.end = event
-        return True
-
-    def give_up(self, session_id: str, code: ErrorCode, message: str) -> RunFailed:
-        """The end that will not arrive (session closed, events lost): a ``run_failed``."""
-        self.end = RunFailed(
-            session_id=session_id,
-            run_id=self.run_id or "",
-            request_id=self.request_id,
-            error=ErrorInfo(code=code, message=message),
-        )
-        self.question = None
-        return self.end
-
-
 class RunFollower:
     """Use as ``async with await RunFollower.start(kernel, prompt, policy=...) as run:``,
     then ``await run.next_batch()`` until :attr:`end` is set (or ``await run.wait()``)."""
@@ -191,8 +144,16 @@ class RunFollower:
         self._watch = watch
 
     @classmethod
-    async def start(cls, kernel: Kernel, command: RunCommand, *, policy: ApprovalPolicy | None = None) -> RunFollower:
-        """Subscribe to the command's session (created for a prompt without one), then run it."""
+    async def start(
+        cls, kernel: Kernel, command: RunCommand, *, policy: ApprovalPolicy | None = None, stop_on_loss: bool = False
+    ) -> RunFollower:
+        """Subscribe to the command's session (created for a prompt without one), then run it.
+
+        ``stop_on_loss``: when events of the run were lost for good (the reader fell too far
+        behind), end there — the batch ends with the ``subscriber_lagged`` event and
+        :attr:`end` is a ``run_failed`` saying so — instead of following on past the gap:
+        for a stream that must have no hole (SSE resumable by ``Last-Event-ID``).
+        """
         if command.request_id is None:
             command = msgspec.structs.replace(command, request_id=f"run-{uuid.uuid4().hex[:16]}")
         if policy is not None and command.options.approval is None:
@@ -202,7 +163,7 @@ class RunFollower:
             assert isinstance(opened, SessionOpened)
             command = msgspec.structs.replace(command, session_id=opened.session.session_id)
         assert command.session_id is not None and command.request_id is not None
-        follower = await Follower.open(kernel, command.session_id)
+        follower = await Follower.open(kernel, command.session_id, stop_on_loss=stop_on_loss)
         try:
             accepted = await kernel.execute(command)
         except BaseException:
@@ -217,7 +178,9 @@ class RunFollower:
 
     @property
     def request_id(self) -> str:
-        return self._watch.request_id
+        request_id = self._watch.request_id
+        assert request_id is not None  # start() gives every run one
+        return request_id
 
     @property
     def run_id(self) -> str | None:
@@ -241,11 +204,13 @@ class RunFollower:
                     return [self._watch.give_up(self.session_id, "internal", "the session was closed before the run ended")]
                 return []
             ours = [event for event in batch if self._watch.feed(event)]
-            if isinstance(batch[-1], SubscriberLagged) and self._watch.end is None and not await self._still_running():
+            lost = batch[-1] if isinstance(batch[-1], SubscriberLagged) else None
+            if lost is not None and self._watch.end is None and self._follower.stop_on_loss:
+                self._watch.give_up(self.session_id, "rate_limited", f"the request fell behind and missed events of its run: {lost.error.message}")
+                return [*ours, lost]
+            if lost is not None and self._watch.end is None and not await self._still_running():
                 ours.append(
-                    self._watch.give_up(
-                        self.session_id, "rate_limited", f"the request fell behind and missed the end of its run: {batch[-1].error.message}"
-                    )
+                    self._watch.give_up(self.session_id, "rate_limited", f"the request fell behind and missed the end of its run: {lost.error.message}")
                 )
             if ours:
                 return ours

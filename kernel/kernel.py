@@ -25,7 +25,7 @@ from .hub import Subscription
 from .jobs import HistoryJob
 from .provider import Provider
 from .session import Session
-from .settings import AgentSettings, Settings, mask_secrets, merge, to_data, validate
+from .settings import AgentSettings, Settings, drop_masked_secrets, mask_secrets, merge, to_data, validate
 from .state import Answer
 from .store import SessionRecord, SQLiteStore, Store
 from .toolcalls import ToolExecution, invoke
@@ -427,7 +427,9 @@ class Kernel:
         return m.SettingsView(request_id=cmd.request_id, settings=self.settings_view())
 
     async def update_settings(self, changes: dict[str, Any]) -> None:
-        """Validate, apply and persist a partial update; providers are rebuilt lazily."""
+        """Validate, apply and persist a partial update; providers are rebuilt lazily.
+        Masked secrets sent back (``sk-…abcd``) leave the real ones as they are."""
+        changes = drop_masked_secrets(changes)
         new = validate(merge(to_data(self.settings), changes))
         self._overrides = merge(self._overrides, changes)
         await self.store.set_value(SETTINGS_KEY, msgspec.json.encode(self._overrides))

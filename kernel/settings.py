@@ -136,6 +136,24 @@ def mask_secrets(data: Any) -> Any:
     return data
 
 
+def drop_masked_secrets(changes: Any) -> Any:
+    """A settings patch without the secret values that are masks (``sk-…abcd``).
+
+    A client that reads the settings, edits one field and sends the whole document back
+    must not overwrite the real API key with its mask; every transport's update goes
+    through the kernel, so this is done once, here.
+    """
+    if isinstance(changes, dict):
+        return {
+            k: drop_masked_secrets(v)
+            for k, v in changes.items()
+            if not (k in SECRET_KEYS and isinstance(v, str) and "…" in v)
+        }
+    if isinstance(changes, list):
+        return [drop_masked_secrets(v) for v in changes]
+    return changes
+
+
 def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     """Deep-merge ``changes`` into a copy of ``base`` (tables merge, values replace)."""
     out = dict(base)

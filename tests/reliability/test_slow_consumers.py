@@ -297,6 +297,8 @@ async def test_a_stdio_reader_that_falls_behind_keeps_its_stream(retention: int)
 
 async def test_an_http_sse_reader_that_stalls_resumes_from_its_last_event_id() -> None:
     settings = lag_settings(buffer=16, retention=4096, grace_s=0.3)
+    # The kernel bounds retention in bytes too: the whole answer fits, twice (the deltas and the end's text).
+    settings.session.event_retention_bytes = 64 << 20
     provider = ScriptedProvider([text_turn(*PIECES)], delay_s=0.001)
     async with live_gateway(["http"], provider, settings=settings) as live:
         kernel, url = live.kernel, live.urls["http"]

@@ -23,7 +23,8 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "._router": ("HttpHandler", "Router", "WebSocketHandler"),
     "._security": ("ClientLimiter", "SlidingWindowLimiter", "extract_token", "host_allowed", "host_name", "origin_allowed", "token_matches"),
     "._serve": ("base_url", "build_hypercorn_config", "serve_asgi", "serve_http", "stalled_peer_timeout_s"),
-    "._sse": ("SSEStream", "format_sse", "open_sse"),
+    "._sse": ("SSEStream", "format_sse", "open_sse", "wait_disconnect", "write_frames"),
+    "._tcplines": ("LineConnection", "LineServerConfig", "LineSplitter", "serve_lines"),
     "._websocket": (
         "CLOSE_GOING_AWAY", "CLOSE_INTERNAL_ERROR", "CLOSE_NORMAL", "CLOSE_POLICY_VIOLATION", "CLOSE_TOO_BIG",
         "WebSocket", "WebSocketCheck", "WsClosed", "WsEvent", "WsIdle", "WsInvalidFrame", "WsRateLimited", "WsText", "WsTooLarge",
@@ -45,44 +46,61 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from ._config import (
-        LOOPBACK_ORIGINS,
-        TOKEN_ENV_VAR,
-        ConfigError,
-        ServerConfig,
-        is_loopback_host,
-        resolve_token,
-        validate_bind,
-    )
-    from ._http import (
-        ErrorShaper,
-        Headers,
-        HttpError,
-        Request,
-        Response,
-        default_error_body,
-        error_response,
-        json_response,
-    )
-    from ._lines import LineReader, LineTooLong, LineWriter
-    from ._router import HttpHandler, Router, WebSocketHandler
-    from ._security import ClientLimiter, SlidingWindowLimiter, extract_token, host_allowed, host_name, origin_allowed, token_matches
-    from ._serve import base_url, build_hypercorn_config, serve_asgi, serve_http, stalled_peer_timeout_s
-    from ._sse import SSEStream, format_sse, open_sse
-    from ._websocket import (
-        CLOSE_GOING_AWAY,
-        CLOSE_INTERNAL_ERROR,
-        CLOSE_NORMAL,
-        CLOSE_POLICY_VIOLATION,
-        CLOSE_TOO_BIG,
-        WebSocket,
-        WebSocketCheck,
-        WsClosed,
-        WsEvent,
-        WsIdle,
-        WsInvalidFrame,
-        WsRateLimited,
-        WsText,
-        WsTooLarge,
-    )
-    from .jsonwire import JsonDecoder, decode_json
+    from ._config import LOOPBACK_ORIGINS as LOOPBACK_ORIGINS
+    from ._config import TOKEN_ENV_VAR as TOKEN_ENV_VAR
+    from ._config import ConfigError as ConfigError
+    from ._config import ServerConfig as ServerConfig
+    from ._config import is_loopback_host as is_loopback_host
+    from ._config import resolve_token as resolve_token
+    from ._config import validate_bind as validate_bind
+    from ._http import ErrorShaper as ErrorShaper
+    from ._http import Headers as Headers
+    from ._http import HttpError as HttpError
+    from ._http import Request as Request
+    from ._http import Response as Response
+    from ._http import default_error_body as default_error_body
+    from ._http import error_response as error_response
+    from ._http import json_response as json_response
+    from ._lines import LineReader as LineReader
+    from ._lines import LineTooLong as LineTooLong
+    from ._lines import LineWriter as LineWriter
+    from ._router import HttpHandler as HttpHandler
+    from ._router import Router as Router
+    from ._router import WebSocketHandler as WebSocketHandler
+    from ._security import ClientLimiter as ClientLimiter
+    from ._security import SlidingWindowLimiter as SlidingWindowLimiter
+    from ._security import extract_token as extract_token
+    from ._security import host_allowed as host_allowed
+    from ._security import host_name as host_name
+    from ._security import origin_allowed as origin_allowed
+    from ._security import token_matches as token_matches
+    from ._serve import base_url as base_url
+    from ._serve import build_hypercorn_config as build_hypercorn_config
+    from ._serve import serve_asgi as serve_asgi
+    from ._serve import serve_http as serve_http
+    from ._serve import stalled_peer_timeout_s as stalled_peer_timeout_s
+    from ._sse import SSEStream as SSEStream
+    from ._sse import format_sse as format_sse
+    from ._sse import open_sse as open_sse
+    from ._sse import wait_disconnect as wait_disconnect
+    from ._sse import write_frames as write_frames
+    from ._tcplines import LineConnection as LineConnection
+    from ._tcplines import LineServerConfig as LineServerConfig
+    from ._tcplines import LineSplitter as LineSplitter
+    from ._tcplines import serve_lines as serve_lines
+    from ._websocket import CLOSE_GOING_AWAY as CLOSE_GOING_AWAY
+    from ._websocket import CLOSE_INTERNAL_ERROR as CLOSE_INTERNAL_ERROR
+    from ._websocket import CLOSE_NORMAL as CLOSE_NORMAL
+    from ._websocket import CLOSE_POLICY_VIOLATION as CLOSE_POLICY_VIOLATION
+    from ._websocket import CLOSE_TOO_BIG as CLOSE_TOO_BIG
+    from ._websocket import WebSocket as WebSocket
+    from ._websocket import WebSocketCheck as WebSocketCheck
+    from ._websocket import WsClosed as WsClosed
+    from ._websocket import WsEvent as WsEvent
+    from ._websocket import WsIdle as WsIdle
+    from ._websocket import WsInvalidFrame as WsInvalidFrame
+    from ._websocket import WsRateLimited as WsRateLimited
+    from ._websocket import WsText as WsText
+    from ._websocket import WsTooLarge as WsTooLarge
+    from .jsonwire import JsonDecoder as JsonDecoder
+    from .jsonwire import decode_json as decode_json

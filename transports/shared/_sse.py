@@ -19,7 +19,7 @@ import anyio
 from ._http import Request
 from ._tracker import tracker_for
 
-__all__ = ["SSEStream", "format_sse", "open_sse"]
+__all__ = ["SSEStream", "format_sse", "open_sse", "wait_disconnect", "write_frames"]
 
 log = logging.getLogger(__name__)
 
@@ -223,3 +223,18 @@ async def open_sse(
                     except Exception:  # peer already gone
                         log.debug("closing SSE response failed", exc_info=True)
         stream._mark_closed()
+
+
+async def write_frames(stream: SSEStream, frames: list[bytes]) -> bool:
+    """Several ready frames in one socket write (writes, not parsing, dominate the cost).
+    False once the client is gone."""
+    return await stream.send_raw(b"".join(frames))
+
+
+async def wait_disconnect(request: Request) -> None:
+    """Return when the client goes away (call only after the body was read): for a
+    handler that answers late and stops work nobody waits for any more."""
+    while not request.disconnected:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            request.disconnected = True

@@ -11,10 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernel import model as m
-from transports.http import codec
-from transports.http import openai_codec as oc
-from transports.http import openai_encode as oe
-from transports.shared import HttpError
+from kernel.settings import drop_masked_secrets
+from transports.http.native import codec, wire
+from transports.http.native.routes import event_frame
+from transports.http.openai import codec as oc
+from transports.http.openai import wire as ow
+from transports.shared import HttpError, format_sse
 
 AGENTS = [
     m.AgentInfo(id="id-1", name="Helper", provider="openai", model="gpt-4o-mini"),
@@ -22,9 +24,9 @@ AGENTS = [
 ]
 
 
-def plan(body: dict[str, Any]) -> oc.ChatPlan | oc.OpenAIError:
+def plan(body: dict[str, Any]) -> oc.ChatPlan | ow.OpenAIError:
     request = oc.decode_chat_request(json.dumps(body).encode())
-    assert isinstance(request, oc.ChatRequest), request
+    assert isinstance(request, ow.ChatRequest), request
     return oc.plan_chat(request, AGENTS, context_limit=100)
 
 
@@ -33,48 +35,52 @@ def plan(body: dict[str, Any]) -> oc.ChatPlan | oc.OpenAIError:
 
 def test_event_frame_is_id_type_and_kernel_json() -> None:
     event = m.TextDelta(session_id="s", seq=7, run_id="r", text="a\nb")
-    assert codec.event_frame(event) == (
+    assert event_frame(event) == (
         b'event: text_delta\nid: 7\ndata: {"type":"text_delta","text":"a\\nb","session_id":"s","seq":7,"run_id":"r"}\n\n'
     )
     lagged = m.SubscriberLagged(session_id="s", seq=90, last_seq=41, error=m.ErrorInfo(code="rate_limited", message="slow"))
-    assert codec.event_frame(lagged).split(b"\n")[1] == b"id: 41"  # the resume point, not the hub's seq
+    assert event_frame(lagged).split(b"\n")[1] == b"id: 41"  # the resume point, not the hub's seq
+    # An end the kernel made up (the run's own end cannot come) is in no log: no id, so
+    # the client's resume point stays at its last real event.
+    made_up = m.RunFailed(session_id="s", run_id="r", error=m.ErrorInfo(code="internal", message="closed"))
+    assert event_frame(made_up).startswith(b"event: run_failed\ndata: {")
 
 
 def test_body_decoding_and_commands() -> None:
-    body = codec.decode(b'{"text": "hi", "options": {"max_tokens": 5}}', codec.PromptBody)
-    assert isinstance(body, codec.PromptBody)
+    body = codec.decode(b'{"text": "hi", "options": {"max_tokens": 5}}', wire.PromptBody)
+    assert isinstance(body, wire.PromptBody)
     command = codec.prompt_command("s1", body, "req-9")
     assert command == m.Prompt(session_id="s1", request_id="req-9", text="hi", options=m.PromptOptions(max_tokens=5))
-    image = codec.decode(b'{"parts": [{"type": "image", "data": "aGk=", "mime_type": "image/jpeg"}]}', codec.PromptBody)
-    assert isinstance(image, codec.PromptBody) and image.parts == [m.ImagePart(data=b"hi", mime_type="image/jpeg")]
-    assert codec.prompt_command("s", codec.PromptBody(text="  "), None).status == 400  # type: ignore[union-attr]
+    image = codec.decode(b'{"parts": [{"type": "image", "data": "aGk=", "mime_type": "image/jpeg"}]}', wire.PromptBody)
+    assert isinstance(image, wire.PromptBody) and image.parts == [m.ImagePart(data=b"hi", mime_type="image/jpeg")]
+    assert codec.prompt_command("s", wire.PromptBody(text="  "), None).status == 400  # type: ignore[union-attr]
 
-    error = codec.decode(b"{bad", codec.PromptBody)
-    assert isinstance(error, codec.ApiError) and (error.status, error.code) == (400, "parse_error")
-    error = codec.decode(b'{"approved": "yes"}', codec.ApprovalBody)
-    assert isinstance(error, codec.ApiError) and error.code == "invalid_request" and "$.approved" in error.message
-    assert codec.decode(b"", codec.ToolBody, empty_ok=True) == codec.ToolBody()
-    assert isinstance(codec.decode(b"  ", codec.ApprovalBody), codec.ApiError)
+    error = codec.decode(b"{bad", wire.PromptBody)
+    assert isinstance(error, wire.ApiError) and (error.status, error.code) == (400, "parse_error")
+    error = codec.decode(b'{"approved": "yes"}', wire.ApprovalBody)
+    assert isinstance(error, wire.ApiError) and error.code == "invalid_request" and "$.approved" in error.message
+    assert codec.decode(b"", wire.ToolBody, empty_ok=True) == wire.ToolBody()
+    assert isinstance(codec.decode(b"  ", wire.ApprovalBody), wire.ApiError)
 
-    assert codec.command_command("s", codec.CommandBody(command="/model  gpt-4o ")) == m.RunCommand(session_id="s", name="model", args="gpt-4o")
-    assert codec.command_command("s", codec.CommandBody(name="/help")) == m.RunCommand(session_id="s", name="help")
-    assert isinstance(codec.command_command("s", codec.CommandBody(command="/x", name="y")), codec.ApiError)
-    assert isinstance(codec.command_command("s", codec.CommandBody(command="  ")), codec.ApiError)
-    assert isinstance(codec.open_session_command(codec.SessionCreate(session_id="a/b")), codec.ApiError)
+    assert codec.command_command("s", wire.CommandBody(command="/model  gpt-4o ")) == m.RunCommand(session_id="s", name="model", args="gpt-4o")
+    assert codec.command_command("s", wire.CommandBody(name="/help")) == m.RunCommand(session_id="s", name="help")
+    assert isinstance(codec.command_command("s", wire.CommandBody(command="/x", name="y")), wire.ApiError)
+    assert isinstance(codec.command_command("s", wire.CommandBody(command="  ")), wire.ApiError)
+    assert isinstance(codec.open_session_command(wire.SessionCreate(session_id="a/b")), wire.ApiError)
 
 
 def test_resume_point_accept_and_masked_secrets() -> None:
     assert codec.resume_after("12", "3") == 12
     assert codec.resume_after(None, "3") == 3
     assert codec.resume_after(None, None) is None
-    assert isinstance(codec.resume_after("x", None), codec.ApiError)
-    assert isinstance(codec.resume_after(None, "-1"), codec.ApiError)
+    assert isinstance(codec.resume_after("x", None), wire.ApiError)
+    assert isinstance(codec.resume_after(None, "-1"), wire.ApiError)
     assert codec.wants_json("application/json")
     assert codec.wants_json("text/plain, application/json;q=0.9")
     assert not codec.wants_json("text/event-stream, application/json")
     assert not codec.wants_json("*/*") and not codec.wants_json(None)
     patch = {"provider": {"openai": {"api_key": "sk-…abcd", "model": "m"}}, "token": "real", "list": [{"secret": "…"}]}
-    assert codec.drop_masked_secrets(patch) == {"provider": {"openai": {"model": "m"}}, "token": "real", "list": [{}]}
+    assert drop_masked_secrets(patch) == {"provider": {"openai": {"model": "m"}}, "token": "real", "list": [{}]}
 
 
 def test_error_statuses() -> None:
@@ -89,7 +95,7 @@ def test_error_statuses() -> None:
 
 def test_run_collector_transcript() -> None:
     ids = {"session_id": "s", "run_id": "r1", "request_id": "q"}
-    collector = codec.RunCollector("r1")
+    collector = codec.RunCollector()
     transcript: list[m.Event] = [
         m.RunStarted(**ids, seq=1),
         m.TextDelta(session_id="s", run_id="other", text="not mine", seq=2),
@@ -100,18 +106,18 @@ def test_run_collector_transcript() -> None:
     ]
     assert [collector.feed(e) for e in transcript] == [False] * 5 + [True]
     result = collector.outcome()
-    assert isinstance(result, codec.RunResult)
+    assert isinstance(result, wire.RunResult)
     assert msgspec.to_builtins(result) == {
         "type": "run_result", "session_id": "s", "run_id": "r1", "request_id": "q", "text": "done", "reasoning": "thinking",
         "usage": {"input_tokens": 1, "output_tokens": 2}, "stop_reason": "end_turn", "interrupted": False, "iterations": 1,
         "tool_calls": [{"call_id": "c", "name": "add", "arguments": "{}", "result": "0", "is_error": False, "rejected": False}],
     }
-    failed = codec.RunCollector("r1")
+    failed = codec.RunCollector()
     failed.feed(m.RunFailed(**ids, error=m.ErrorInfo(code="provider_error", message="down"), text="par"))
     outcome = failed.outcome()
-    assert isinstance(outcome, codec.ApiError) and outcome.status == 502
+    assert isinstance(outcome, wire.ApiError) and outcome.status == 502
     assert outcome.body()["error"]["details"] == {"run_id": "r1", "text": "par"}
-    assert isinstance(codec.RunCollector("r").outcome(), codec.ApiError)
+    assert isinstance(codec.RunCollector().outcome(), wire.ApiError)
 
 
 # ---------------------------------------------------------------- OpenAI codec
@@ -184,22 +190,22 @@ def test_plan_errors_name_the_param() -> None:
     ]
     for body, param in cases:
         error = plan(body)
-        assert isinstance(error, oc.OpenAIError), body
+        assert isinstance(error, ow.OpenAIError), body
         assert (error.status, error.param, error.type) == (400, param, "invalid_request_error"), (body, error)
     wrong_role = oc.decode_chat_request(b'{"messages": [{"role": "wizard", "content": "x"}]}')
-    assert isinstance(wrong_role, oc.OpenAIError) and wrong_role.param == "messages[0].role"
-    assert isinstance(oc.decode_chat_request(b"[1"), oc.OpenAIError)
+    assert isinstance(wrong_role, ow.OpenAIError) and wrong_role.param == "messages[0].role"
+    assert isinstance(oc.decode_chat_request(b"[1"), ow.OpenAIError)
 
 
 def test_chunk_encoder_transcript() -> None:
-    encoder = oe.ChunkEncoder(completion_id="chatcmpl-1", created=5, model="Helper", include_usage=True)
+    encoder = oc.ChunkEncoder(completion_id="chatcmpl-1", created=5, model="Helper", include_usage=True)
     head = '{"id":"chatcmpl-1","object":"chat.completion.chunk","created":5,"model":"Helper","system_fingerprint":null,"choices":'
-    assert encoder.opening() == f'data: {head}[{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}],"usage":null}}\n\n'.encode()
+    assert format_sse(encoder.opening()) == f'data: {head}[{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}],"usage":null}}\n\n'.encode()
     ids = {"session_id": "s", "run_id": "r"}
-    assert encoder.event(m.TextDelta(**ids, text="Hi")) == f'data: {head}[{{"index":0,"delta":{{"content":"Hi"}},"logprobs":null,"finish_reason":null}}],"usage":null}}\n\n'.encode()
+    assert format_sse(encoder.event(m.TextDelta(**ids, text="Hi"))) == f'data: {head}[{{"index":0,"delta":{{"content":"Hi"}},"logprobs":null,"finish_reason":null}}],"usage":null}}\n\n'.encode()
     assert encoder.event(m.ToolCallStarted(**ids, call_id="c", name="n", arguments="{}")) is None
     finished = m.RunFinished(**ids, text="Hi", usage=m.Usage(input_tokens=2, output_tokens=1))
-    frames = encoder.closing(finished, [m.ToolCall(id="c9", name="f", arguments='{"a":1}')])
+    frames = [format_sse(payload) for payload in encoder.closing(finished, [m.ToolCall(id="c9", name="f", arguments='{"a":1}')])]
     assert [json.loads(f[6:]) for f in frames[:3]] == [
         {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 5, "model": "Helper", "system_fingerprint": None,
          "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c9", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}}]}, "logprobs": None, "finish_reason": None}], "usage": None},
@@ -209,17 +215,17 @@ def test_chunk_encoder_transcript() -> None:
          "choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3}},
     ]
     assert frames[-1] == b"data: [DONE]\n\n"
-    plain = oe.ChunkEncoder(completion_id="x", created=1, model="m", include_usage=False)
-    assert "usage" not in json.loads(plain.opening()[6:])
-    closing = plain.closing(msgspec.structs.replace(finished, stop_reason="max_tokens"), [])
+    plain = oc.ChunkEncoder(completion_id="x", created=1, model="m", include_usage=False)
+    assert "usage" not in json.loads(format_sse(plain.opening())[6:])
+    closing = [format_sse(payload) for payload in plain.closing(msgspec.structs.replace(finished, stop_reason="max_tokens"), [])]
     assert json.loads(closing[0][6:])["choices"][0]["finish_reason"] == "length" and len(closing) == 2
-    error = plain.failure(oc.from_error_info(m.ErrorInfo(code="provider_error", message="down")))
+    error = format_sse(plain.failure(oc.from_error_info(m.ErrorInfo(code="provider_error", message="down"))))
     assert json.loads(error[6:]) == {"error": {"message": "down", "type": "server_error", "param": None, "code": "upstream_error"}}
 
 
 def test_completion_body_and_models() -> None:
     finished = m.RunFinished(session_id="s", run_id="r", text="", usage=m.Usage(input_tokens=1, output_tokens=1))
-    body = msgspec.to_builtins(oe.completion(
+    body = msgspec.to_builtins(oc.completion(
         completion_id="c", created=3, model="M", finished=finished, reasoning="", client_calls=[m.ToolCall(id="i", name="f", arguments="{}")]
     ))
     assert body == {
@@ -229,11 +235,11 @@ def test_completion_body_and_models() -> None:
                      "logprobs": None, "finish_reason": "tool_calls"}],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}, "system_fingerprint": None,
     }
-    models = msgspec.to_builtins(oe.model_list(AGENTS, 9))
+    models = msgspec.to_builtins(oc.model_list(AGENTS, 9))
     assert [(d["id"], d["owned_by"]) for d in models["data"]] == [("Helper", "gateway"), ("Coder", "gateway"), ("gpt-4o-mini", "openai"), ("echo", "echo")]
-    assert isinstance(oe.find_model(AGENTS, 9, "id-1"), oe.ModelInfo)
-    missing = oe.find_model(AGENTS, 9, "zzz")
-    assert isinstance(missing, oc.OpenAIError) and (missing.status, missing.code) == (404, "model_not_found")
+    assert isinstance(oc.find_model(AGENTS, 9, "id-1"), ow.ModelInfo)
+    missing = oc.find_model(AGENTS, 9, "zzz")
+    assert isinstance(missing, ow.OpenAIError) and (missing.status, missing.code) == (404, "model_not_found")
 
 
 def test_openai_error_shapes() -> None:
@@ -294,7 +300,7 @@ def chat_bodies(noise: bool) -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
-BODY_TYPES = [codec.PromptBody, codec.SessionCreate, codec.ApprovalBody, codec.TurnLimitBody, codec.CommandBody, codec.ToolBody, codec.RegenerateBody, dict[str, Any]]
+BODY_TYPES = [wire.PromptBody, wire.SessionCreate, wire.ApprovalBody, wire.TurnLimitBody, wire.CommandBody, wire.ToolBody, wire.RegenerateBody, dict[str, Any]]
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -302,14 +308,14 @@ BODY_TYPES = [codec.PromptBody, codec.SessionCreate, codec.ApprovalBody, codec.T
 def test_fuzz_native_decoders_never_raise(raw: bytes) -> None:
     for body_type in BODY_TYPES:
         decoded = codec.decode(raw, body_type, empty_ok=True)
-        if isinstance(decoded, codec.PromptBody):
+        if isinstance(decoded, wire.PromptBody):
             codec.prompt_command("s", decoded)
-        elif isinstance(decoded, codec.CommandBody):
+        elif isinstance(decoded, wire.CommandBody):
             codec.command_command("s", decoded)
-        elif isinstance(decoded, codec.SessionCreate):
+        elif isinstance(decoded, wire.SessionCreate):
             codec.open_session_command(decoded)
         elif isinstance(decoded, dict):
-            codec.drop_masked_secrets(decoded)
+            drop_masked_secrets(decoded)
     text = raw.decode("utf-8", "replace")
     codec.resume_after(text, text)
     codec.wants_json(text)
@@ -319,11 +325,11 @@ def test_fuzz_native_decoders_never_raise(raw: bytes) -> None:
 @given(st.one_of(chat_bodies(False), chat_bodies(True)).map(lambda b: json.dumps(b).encode()) | st.binary(max_size=100))
 def test_fuzz_chat_codec_never_raises(raw: bytes) -> None:
     request = oc.decode_chat_request(raw)
-    if isinstance(request, oc.OpenAIError):
+    if isinstance(request, ow.OpenAIError):
         assert request.status == 400
         return
     result = oc.plan_chat(request, AGENTS, context_limit=10)
-    if isinstance(result, oc.OpenAIError):
+    if isinstance(result, ow.OpenAIError):
         assert result.status == 400 and set(result.body()["error"]) == {"message", "type", "param", "code"}
         return
     assert result.prompt_parts or result.continuation

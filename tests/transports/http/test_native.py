@@ -237,6 +237,32 @@ async def test_tool_approval_over_http() -> None:
         assert events[-1].json()["text"] == "all done"
 
 
+async def test_a_question_left_open_by_a_client_that_went_away_is_declined() -> None:
+    """The run goes on without its SSE client; nobody is left to answer its question."""
+    provider = ScriptedProvider([tool_turn("danger", "{}", call_id="call_9"), text_turn("without it")])
+    async with native(provider) as (_, http):
+        session = await new_session(http)
+        async with http.stream("POST", f"/v1/sessions/{session}/prompt", json={"text": "go"}) as response:
+            run_id = response.headers["x-run-id"]
+            await collect(response, until="tool_approval_requested")
+        async with http.stream("GET", f"/v1/sessions/{session}/events", params={"after": "0", "run_id": run_id}) as response:
+            events = await collect(response)
+        result = next(e.json() for e in events if e.event == "tool_result")
+        assert result["outcome"] == "rejected" and "the client went away" in result["error"]
+        assert events[-1].json()["text"] == "without it"
+
+
+async def test_a_prompt_may_bring_its_own_approval_policy() -> None:
+    provider = ScriptedProvider([tool_turn("danger", "{}", call_id="call_9"), text_turn("all done")])
+    async with native(provider) as (_, http):
+        session = await new_session(http)
+        body = {"text": "go", "options": {"approval": {"mode": "reject", "allow_tools": ["danger"]}}}
+        async with http.stream("POST", f"/v1/sessions/{session}/prompt", json=body) as response:
+            events = await collect(response)
+        assert "tool_approval_requested" not in [e.event for e in events]
+        assert next(e.json() for e in events if e.event == "tool_result")["result"] == "done"
+
+
 async def test_turn_limit_confirmation_over_http() -> None:
     async with native(ScriptedProvider([text_turn("one")]), agent=AgentSettings(name="Helper", max_turns=1)) as (_, http):
         session = await new_session(http)

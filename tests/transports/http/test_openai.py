@@ -8,10 +8,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import msgspec
 import openai
 import pytest
 
 from kernel import Kernel
+from kernel import model as m
 from kernel.settings import AgentSettings, Settings
 from kernel.testing import (
     ScriptedProvider,
@@ -20,6 +22,7 @@ from kernel.testing import (
     text_turn,
     tool_turn,
 )
+from transports.http import HttpConfig
 
 from ._helpers import ADD_TOOL, DANGER_TOOL, client, http_server
 
@@ -144,6 +147,22 @@ async def test_approval_policy_approve_runs_the_tool() -> None:
         await sdk.chat.completions.create(model=AGENT, messages=[{"role": "user", "content": "do it"}])
         tool_message = next(msg for msg in provider.requests[-1].messages if msg.role == "tool")
         assert tool_message.content == "done"
+
+
+async def test_approval_policy_table_approves_the_tools_it_names() -> None:
+    provider = ScriptedProvider([tool_turn("danger", "{}", call_id="call_d"), text_turn("ok")])
+    policy = m.ApprovalPolicy(mode="reject", allow_tools=("danger",))
+    async with gateway(provider, openai_tool_approval=policy) as (_, _, sdk):
+        await sdk.chat.completions.create(model=AGENT, messages=[{"role": "user", "content": "do it"}])
+        tool_message = next(msg for msg in provider.requests[-1].messages if msg.role == "tool")
+        assert tool_message.content == "done" and tool_message.outcome == "ok"
+
+
+@pytest.mark.parametrize("setting", ["ask", {"allow_tools": ["danger"]}, {"mode": "approve", "turn_limit": "ask"}])
+def test_a_policy_that_would_ask_is_refused_at_load_time(setting: Any) -> None:
+    """Nobody can answer a question on an OpenAI request: it would only wait for the timeout."""
+    with pytest.raises(msgspec.ValidationError, match="cannot be asked"):
+        msgspec.convert({"openai_tool_approval": setting}, HttpConfig)
 
 
 async def test_client_tools_are_returned_as_tool_calls_and_continued() -> None:

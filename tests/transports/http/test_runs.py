@@ -14,7 +14,7 @@ from kernel import model as m
 from kernel.settings import SessionSettings, Settings
 from kernel.testing import ScriptedProvider, running_kernel, text_turn
 from transports.http import HttpConfig, HttpTransport
-from transports.http.server import check_config
+from transports.http.config import check_config
 from transports.shared import ConfigError
 
 from ._helpers import client, http_server, sse_events

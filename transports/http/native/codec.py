@@ -1,28 +1,27 @@
 """Sans-IO codec of the native HTTP dialect: request bodies in, kernel commands out;
-kernel events and replies in, JSON bodies and SSE frames out.
+kernel events and replies in, JSON bodies and SSE event fields out.
 
 The native dialect puts :mod:`kernel.model` on the wire as it is: every success body
 is a kernel reply as msgspec encodes it (with its ``type`` tag), every SSE event is a
 kernel event (``id:`` its seq, ``event:`` its type tag, ``data:`` its JSON). Errors are
 ``{"error": {"code", "message", "details"?}}`` with an HTTP status derived from the
 kernel's stable error code. Nothing here raises on bad input: decoders return an
-:class:`ApiError` instead, so handlers stay a straight line.
+:class:`~.wire.ApiError` instead, so handlers stay a straight line.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
 from kernel import model as m
-from kernel.settings import SECRET_KEYS
-from transports.shared import HttpError, format_sse
+from transports.shared.jsonwire import decode_json
+
+from .wire import ApiError, CommandBody, PromptBody, RegenerateBody, RunResult, SessionCreate, ToolCallRecord
 
 T = TypeVar("T")
-
-_encode = msgspec.json.encode
 
 #: HTTP status for each kernel error code (and the few router-level codes).
 STATUS_BY_CODE: dict[str, int] = {
@@ -57,23 +56,18 @@ _CODE_BY_STATUS: dict[int, str] = {
 SESSION_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 
-class ApiError(msgspec.Struct, frozen=True, kw_only=True):
-    """A native error: status plus the body's code, message and optional details."""
+class HttpFailure(Protocol):
+    """What the router hands its error shaper (``transports.shared.HttpError``),
+    as far as this codec reads it."""
 
-    status: int
-    code: str
-    message: str
-    details: dict[str, Any] | None = None
-    headers: dict[str, str] = {}
+    @property
+    def status(self) -> int: ...
 
-    def body(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.details:
-            error["details"] = self.details
-        return {"error": error}
+    @property
+    def code(self) -> str | None: ...
 
-    def http_error(self) -> HttpError:
-        return HttpError(self.status, self.message, code=self.code, headers=self.headers)
+    @property
+    def message(self) -> str: ...
 
 
 def status_for(code: str) -> int:
@@ -95,56 +89,21 @@ def run_failure(error: m.ErrorInfo) -> ApiError:
     return ApiError(status=status, code=error.code, message=error.message, details=error.details, headers=headers)
 
 
-def native_error_body(error: HttpError) -> Any:
+def run_timeout(run_id: str | None, timeout_s: float) -> ApiError:
+    """A JSON answer that did not come within ``run_timeout_s`` (the run is interrupted)."""
+    return ApiError(
+        status=504, code="timeout", details={"run_id": run_id},
+        message=f"The run did not end within {timeout_s:g}s; it was interrupted",
+    )
+
+
+def native_error_body(error: HttpFailure) -> Any:
     """Router error shaper: ``{"error": {"code", "message"}}``."""
     code = error.code or _CODE_BY_STATUS.get(error.status, "internal")
     return {"error": {"code": code, "message": error.message}}
 
 
-# ---------------------------------------------------------------- request bodies
-
-
-class SessionCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    agent: str | None = None
-    label: str | None = None
-    session_id: str | None = None
-
-
-class PromptBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    text: str | None = None
-    parts: list[m.ContentPart] = []
-    options: m.PromptOptions = m.PromptOptions()
-    request_id: str | None = None
-
-
-class RegenerateBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    options: m.PromptOptions = m.PromptOptions()
-    request_id: str | None = None
-
-
-class ApprovalBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    approved: bool
-    call_id: str | None = None
-    reason: str | None = None
-    remember: bool = False
-
-
-class TurnLimitBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    confirmed: bool
-    reason: str | None = None
-
-
-class CommandBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Either ``{"command": "/model gpt-4o"}`` or ``{"name": "model", "args": "gpt-4o"}``."""
-
-    command: str | None = None
-    name: str | None = None
-    args: str = ""
-
-
-class ToolBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    arguments: dict[str, Any] = {}
-    session_id: str | None = None
+# ---------------------------------------------------------------- requests in
 
 
 def decode(raw: bytes, type: type[T], *, empty_ok: bool = False) -> T | ApiError:
@@ -154,7 +113,7 @@ def decode(raw: bytes, type: type[T], *, empty_ok: bool = False) -> T | ApiError
             return ApiError(status=400, code="invalid_request", message="Request body is empty; expected JSON")
         raw = b"{}"
     try:
-        return msgspec.json.decode(raw, type=type)
+        return decode_json(raw, type)
     except msgspec.ValidationError as exc:
         return ApiError(status=400, code="invalid_request", message=f"Invalid request body: {exc}")
     except msgspec.DecodeError as exc:
@@ -178,6 +137,7 @@ def open_session_command(body: SessionCreate) -> m.OpenSession | ApiError:
 
 
 def prompt_command(session_id: str, body: PromptBody, request_id: str | None = None) -> m.Prompt | ApiError:
+    """``request_id``: the ``X-Request-Id`` header, if any (the body's field wins)."""
     if (body.text is None or not body.text.strip()) and not body.parts:
         return ApiError(status=400, code="invalid_request", message="A prompt needs 'text' or 'parts'")
     return m.Prompt(
@@ -187,6 +147,10 @@ def prompt_command(session_id: str, body: PromptBody, request_id: str | None = N
         parts=tuple(body.parts),
         options=body.options,
     )
+
+
+def regenerate_command(session_id: str, body: RegenerateBody, request_id: str | None = None) -> m.Regenerate:
+    return m.Regenerate(session_id=session_id, request_id=body.request_id or request_id, options=body.options)
 
 
 def command_command(session_id: str, body: CommandBody) -> m.RunCommand | ApiError:
@@ -219,26 +183,6 @@ def resume_after(last_event_id: str | None, after: str | None) -> int | ApiError
     return parse_int(after, "after")
 
 
-_MASK = "…"
-
-
-def drop_masked_secrets(changes: Any) -> Any:
-    """A settings patch without secret values that are masks (``sk-…abcd``).
-
-    A client that GETs the settings, edits one field and PATCHes the whole document
-    back must not overwrite the real API key with its mask.
-    """
-    if isinstance(changes, dict):
-        return {
-            k: drop_masked_secrets(v)
-            for k, v in changes.items()
-            if not (k in SECRET_KEYS and isinstance(v, str) and _MASK in v)
-        }
-    if isinstance(changes, list):
-        return [drop_masked_secrets(v) for v in changes]
-    return changes
-
-
 def wants_json(accept: str | None) -> bool:
     """``Accept: application/json`` (and not ``text/event-stream``) asks for one answer."""
     if not accept:
@@ -251,56 +195,40 @@ def wants_json(accept: str | None) -> bool:
 
 
 def event_tag(event: m.Event) -> str:
-    return type(event).__struct_config__.tag  # type: ignore[return-value]
+    """An event's type tag: the SSE ``event:`` field."""
+    tag = type(event).__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag
 
 
-def event_frame(event: m.Event) -> bytes:
-    """One SSE frame. A ``subscriber_lagged`` event carries its resume point as id."""
-    ident = event.last_seq if isinstance(event, m.SubscriberLagged) else event.seq
-    return format_sse(_encode(event), event=event_tag(event), id=str(ident))
+def event_data(event: m.Event) -> bytes:
+    """The SSE ``data:`` field: the event's JSON exactly as :mod:`kernel.model` encodes it."""
+    return msgspec.json.encode(event)
 
 
-def encode(obj: Any) -> bytes:
-    return _encode(obj)
-
-
-class ToolCallRecord(msgspec.Struct, kw_only=True):
-    call_id: str
-    name: str
-    arguments: str
-    result: str | None = None
-    is_error: bool = False
-    rejected: bool = False
-
-
-class RunResult(msgspec.Struct, kw_only=True, tag="run_result", tag_field="type"):
-    """The one JSON answer of a prompt sent with ``Accept: application/json``."""
-
-    session_id: str
-    run_id: str
-    request_id: str | None
-    text: str
-    reasoning: str
-    usage: m.Usage
-    stop_reason: str
-    interrupted: bool
-    iterations: int
-    tool_calls: list[ToolCallRecord]
+def event_id(event: m.Event) -> str | None:
+    """The SSE ``id:`` field, where a client resumes (``Last-Event-ID``): the event's seq;
+    for ``subscriber_lagged`` the last seq the client has. An end the kernel made up for
+    a run whose own end cannot come (seq 0: it is in no log) has none, so the client's
+    resume point stays at its last real event."""
+    if isinstance(event, m.SubscriberLagged):
+        return str(event.last_seq)
+    return str(event.seq) if event.seq else None
 
 
 class RunCollector:
-    """Folds one run's events into its final :class:`RunResult` (or error)."""
+    """Folds one run's events (as a run follower hands them out) into its
+    :class:`~.wire.RunResult`, or the error of a failed run."""
 
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
+    def __init__(self) -> None:
         self.calls: dict[str, ToolCallRecord] = {}
         self.reasoning: list[str] = []
         self.end: m.RunFinished | m.RunFailed | None = None
 
     def feed(self, event: m.Event) -> bool:
-        """Take one event; True once the run ended. Other runs' events are ignored."""
-        if self.end is not None or getattr(event, "run_id", None) != self.run_id:
-            return self.end is not None
+        """Take one event; True once the run ended."""
+        if self.end is not None:
+            return True
         if isinstance(event, m.ToolCallStarted):
             self.calls[event.call_id] = ToolCallRecord(call_id=event.call_id, name=event.name, arguments=event.arguments)
         elif isinstance(event, m.ToolResult):
@@ -312,8 +240,7 @@ class RunCollector:
             self.reasoning.append(event.text)
         elif isinstance(event, (m.RunFinished, m.RunFailed)):
             self.end = event
-            return True
-        return False
+        return self.end is not None
 
     def outcome(self) -> RunResult | ApiError:
         end = self.end

@@ -2,9 +2,10 @@
 
 In: a chat-completions request body -> a :class:`ChatPlan` (which agent, the prior turns
 as kernel history, the last user message as the prompt, per-request options, the
-client's own tools). Errors in OpenAI's ``{"error": {"message", "type", "param",
-"code"}}`` shape. The answers (completions, chunks, models) are in
-``openai_encode.py``. Pure; never raises on input.
+client's own tools) -> the kernel commands of one throw-away conversation. Out: the
+run's events -> exactly OpenAI's ``chat.completion.chunk`` payloads (the server frames
+them as SSE) or one ``chat.completion``; the model list; errors in OpenAI's
+``{"error": {"message", "type", "param", "code"}}`` shape. Pure; never raises on input.
 """
 
 from __future__ import annotations
@@ -13,31 +14,53 @@ import base64
 import binascii
 import re
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Protocol
 from urllib.parse import unquote_to_bytes
 
 import msgspec
 
 from kernel import model as m
-from transports.shared import HttpError
+from transports.shared.jsonwire import JsonDecoder
+
+from .wire import (
+    ChatCompletion,
+    ChatRequest,
+    Chunk,
+    InMessage,
+    ModelInfo,
+    ModelList,
+    OpenAIError,
+    OutChoice,
+    OutChunkChoice,
+    OutDelta,
+    OutFunction,
+    OutMessage,
+    OutToolCall,
+    OutToolCallDelta,
+    OutUsage,
+    UsageChunk,
+)
 
 _encode = msgspec.json.encode
+_decode_request: JsonDecoder[ChatRequest] = JsonDecoder(ChatRequest)
 _MSGSPEC_PATH = re.compile(r" - at `\$\.?(.*)`$")
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 # ---------------------------------------------------------------- errors
 
 
-class OpenAIError(msgspec.Struct, frozen=True, kw_only=True):
-    status: int
-    message: str
-    type: str = "invalid_request_error"
-    param: str | None = None
-    code: str | None = None
-    headers: dict[str, str] = {}
+class HttpFailure(Protocol):
+    """What the router hands its error shaper (``transports.shared.HttpError``),
+    as far as this codec reads it."""
 
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def message(self) -> str: ...
+
+    @property
+    def headers(self) -> dict[str, str]: ...
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> OpenAIError:
@@ -56,12 +79,12 @@ _HTTP_SHAPES: dict[int, tuple[str, str | None]] = {
 }
 
 
-def from_http(error: HttpError) -> OpenAIError:
+def from_http(error: HttpFailure) -> OpenAIError:
     kind, code = _HTTP_SHAPES.get(error.status, ("server_error", None))
     return OpenAIError(status=error.status, message=error.message, type=kind, code=code, headers=error.headers)
 
 
-def openai_error_body(error: HttpError) -> Any:
+def openai_error_body(error: HttpFailure) -> Any:
     """Router error shaper for the OpenAI routes (401, 404, 405, 413 before a handler runs)."""
     return from_http(error).body()
 
@@ -95,63 +118,23 @@ def from_error_info(error: m.ErrorInfo) -> OpenAIError:
     )
 
 
-# ---------------------------------------------------------------- request shapes
+def run_timeout(timeout_s: float) -> OpenAIError:
+    return OpenAIError(status=504, type="server_error", code="timeout", message=f"The model did not answer within {timeout_s:g}s")
 
 
-class FunctionDef(msgspec.Struct, kw_only=True):
-    name: str
-    description: str = ""
-    parameters: dict[str, Any] | None = None
+def client_gone() -> OpenAIError:
+    """What a request whose client left is answered (if anybody still reads it)."""
+    return OpenAIError(status=400, message="The client closed the request", code="client_closed")
 
 
-class ToolDef(msgspec.Struct, kw_only=True):
-    type: str
-    function: FunctionDef | None = None
-
-
-class StreamOptions(msgspec.Struct, kw_only=True):
-    include_usage: bool = False
-
-
-class InFunctionCall(msgspec.Struct, kw_only=True):
-    name: str
-    arguments: str = ""
-
-
-class InToolCall(msgspec.Struct, kw_only=True):
-    id: str
-    function: InFunctionCall
-    type: str = "function"
-
-
-class InMessage(msgspec.Struct, kw_only=True):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
-    name: str | None = None
-    tool_calls: list[InToolCall] | None = None
-    tool_call_id: str | None = None
-
-
-class ChatRequest(msgspec.Struct, kw_only=True):
-    """The fields the gateway honours; other OpenAI fields are accepted and ignored."""
-
-    messages: list[InMessage]
-    model: str = ""
-    stream: bool | None = False
-    stream_options: StreamOptions | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    temperature: float | None = None
-    tools: list[ToolDef] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    n: int | None = None
+# ---------------------------------------------------------------- request in
 
 
 def decode_chat_request(raw: bytes) -> ChatRequest | OpenAIError:
     if not raw.strip():
         return bad_request("The request body is empty; expected a JSON chat completions request.")
     try:
-        return msgspec.json.decode(raw, type=ChatRequest)
+        return _decode_request.decode(raw)
     except msgspec.ValidationError as exc:
         text = str(exc)
         found = _MSGSPEC_PATH.search(text)
@@ -315,8 +298,8 @@ def _parts(content: str | list[dict[str, Any]] | None, where: str) -> tuple[m.Co
             decoded = _data_url(data) if isinstance(data, str) else None
             if decoded is None or not isinstance(spec, dict):
                 return bad_request("Files must be given inline as file_data data: URLs.", param=param)
-            name = spec.get("filename") if isinstance(spec.get("filename"), str) else "file"
-            parts.append(m.FilePart(name=name, data=decoded[1], content_type=decoded[0]))
+            filename = spec.get("filename")
+            parts.append(m.FilePart(name=filename if isinstance(filename, str) else "file", data=decoded[1], content_type=decoded[0]))
         else:
             return bad_request(f"Unsupported content part type {kind!r}.", param=param)
     return tuple(parts)
@@ -336,3 +319,169 @@ def _data_url(url: str) -> tuple[str, bytes] | None:
         except (binascii.Error, ValueError):
             return None
     return mime, unquote_to_bytes(payload)
+
+
+# ---------------------------------------------------------------- kernel commands
+
+#: The label of the throw-away session of each request.
+EPHEMERAL_LABEL = "openai chat (ephemeral)"
+
+
+def open_session(plan: ChatPlan) -> m.OpenSession:
+    """OpenAI clients send the whole conversation every time: each request is one run
+    in a fresh session that lives in memory only (no disk write before the first token)."""
+    return m.OpenSession(agent_id=plan.agent_id, label=EPHEMERAL_LABEL, ephemeral=True)
+
+
+def save_history(plan: ChatPlan, session_id: str) -> m.SaveHistory | None:
+    """The prior turns, as the session's history (None when there are none)."""
+    return m.SaveHistory(session_id=session_id, messages=plan.history) if plan.history else None
+
+
+def run_command(plan: ChatPlan, session_id: str, request_id: str) -> m.Prompt | m.Continue:
+    """The last user message as the prompt or, when the conversation ends with the
+    results of the client's tool calls, a ``continue`` (no new user turn)."""
+    if plan.continuation:
+        return m.Continue(session_id=session_id, request_id=request_id, options=plan.options)
+    return m.Prompt(session_id=session_id, request_id=request_id, parts=plan.prompt_parts, options=plan.options)
+
+
+# ---------------------------------------------------------------- answers out
+
+FINISH_REASONS: dict[str, str] = {
+    "end_turn": "stop",
+    "interrupted": "stop",
+    "max_tokens": "length",
+    "tool_iterations": "length",
+    "turn_limit": "length",
+    "refusal": "content_filter",
+}
+
+#: The SSE data of the stream's last event.
+DONE = b"[DONE]"
+
+#: The events that become answer text. A streamed answer sends its headers at the first
+#: of them (or at the run's end), so that a failure before it keeps its HTTP status.
+OUTPUT = (m.TextDelta, m.ReasoningDelta)
+
+
+def usage_of(usage: m.Usage) -> OutUsage:
+    return OutUsage(prompt_tokens=usage.input_tokens, completion_tokens=usage.output_tokens, total_tokens=usage.total_tokens)
+
+
+def reasoning_text(events: Sequence[m.Event]) -> str:
+    return "".join(event.text for event in events if isinstance(event, m.ReasoningDelta))
+
+
+def failed_before_output(end: m.RunFinished | m.RunFailed | None, events: Sequence[m.Event]) -> OpenAIError | None:
+    """The run failed before any text: a stream whose headers are not sent yet answers
+    with the failure's real HTTP status (the usual case for an upstream rate limit)."""
+    if isinstance(end, m.RunFailed) and not any(isinstance(e, OUTPUT) for e in events):
+        return from_error_info(end.error)
+    return None
+
+
+def _tool_calls(calls: Sequence[m.ToolCall]) -> list[OutToolCall]:
+    return [OutToolCall(id=c.id, type="function", function=OutFunction(name=c.name, arguments=c.arguments)) for c in calls]
+
+
+def completion(
+    *, completion_id: str, created: int, model: str, finished: m.RunFinished, reasoning: str, client_calls: Sequence[m.ToolCall]
+) -> ChatCompletion:
+    """One non-streamed answer: the run's text, the client's tool calls if the model made any."""
+    message = OutMessage(
+        role="assistant",
+        content=finished.text if finished.text or not client_calls else None,
+        refusal=None,
+        tool_calls=_tool_calls(client_calls) or None,
+        reasoning_content=reasoning or None,
+    )
+    finish = "tool_calls" if client_calls else FINISH_REASONS.get(finished.stop_reason, "stop")
+    return ChatCompletion(
+        id=completion_id, object="chat.completion", created=created, model=model,
+        choices=[OutChoice(index=0, message=message, logprobs=None, finish_reason=finish)],
+        usage=usage_of(finished.usage),
+    )
+
+
+class ChunkEncoder:
+    """Kernel events of one run -> the ``chat.completion.chunk`` JSON of each SSE event."""
+
+    def __init__(self, *, completion_id: str, created: int, model: str, include_usage: bool) -> None:
+        self.completion_id = completion_id
+        self.created = created
+        self.model = model
+        self.include_usage = include_usage
+
+    def _chunk(self, choices: list[OutChunkChoice], usage: OutUsage | None = None) -> bytes:
+        chunk: Chunk
+        if self.include_usage:
+            chunk = UsageChunk(
+                id=self.completion_id, object="chat.completion.chunk", created=self.created, model=self.model,
+                system_fingerprint=None, choices=choices, usage=usage,
+            )
+        else:
+            chunk = Chunk(
+                id=self.completion_id, object="chat.completion.chunk", created=self.created, model=self.model,
+                system_fingerprint=None, choices=choices,
+            )
+        return _encode(chunk)
+
+    def _delta(self, delta: OutDelta, finish: str | None = None) -> bytes:
+        return self._chunk([OutChunkChoice(index=0, delta=delta, logprobs=None, finish_reason=finish)])
+
+    def opening(self) -> bytes:
+        return self._delta(OutDelta(role="assistant", content=""))
+
+    def event(self, event: m.Event) -> bytes | None:
+        if isinstance(event, m.TextDelta) and event.text:
+            return self._delta(OutDelta(content=event.text))
+        if isinstance(event, m.ReasoningDelta) and event.text:
+            return self._delta(OutDelta(reasoning_content=event.text))
+        return None
+
+    def closing(self, finished: m.RunFinished, client_calls: Sequence[m.ToolCall]) -> list[bytes]:
+        chunks: list[bytes] = []
+        if client_calls:
+            deltas = [
+                OutToolCallDelta(index=i, id=c.id, type="function", function=OutFunction(name=c.name, arguments=c.arguments))
+                for i, c in enumerate(client_calls)
+            ]
+            chunks.append(self._delta(OutDelta(tool_calls=deltas)))
+            chunks.append(self._delta(OutDelta(), "tool_calls"))
+        else:
+            chunks.append(self._delta(OutDelta(), FINISH_REASONS.get(finished.stop_reason, "stop")))
+        if self.include_usage:
+            chunks.append(self._chunk([], usage_of(finished.usage)))
+        chunks.append(DONE)
+        return chunks
+
+    def failure(self, error: OpenAIError) -> bytes:
+        """A failure after the stream started: the SDKs raise on a ``data: {"error": ...}`` event."""
+        return _encode(error.body())
+
+
+# ---------------------------------------------------------------- models
+
+
+def model_list(agents: Sequence[m.AgentInfo], created: int) -> ModelList:
+    """Every agent by name, then each provider model the agents use (pass-through names)."""
+    data = [ModelInfo(id=a.name, object="model", created=created, owned_by="gateway") for a in agents]
+    seen = {a.name for a in agents}
+    for agent in agents:
+        if agent.model and agent.model not in seen:
+            seen.add(agent.model)
+            data.append(ModelInfo(id=agent.model, object="model", created=created, owned_by=agent.provider or "gateway"))
+    return ModelList(object="list", data=data)
+
+
+def find_model(agents: Sequence[m.AgentInfo], created: int, model_id: str) -> ModelInfo | OpenAIError:
+    for info in model_list(agents, created).data:
+        if info.id == model_id:
+            return info
+    for agent in agents:
+        if agent.id == model_id:
+            return ModelInfo(id=agent.id, object="model", created=created, owned_by="gateway")
+    return OpenAIError(
+        status=404, message=f"The model '{model_id}' does not exist", param="model", code="model_not_found"
+    )

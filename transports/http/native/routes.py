@@ -1,33 +1,36 @@
 """The native REST + SSE API under ``/v1/...``: kernel commands and events over HTTP.
 
 Each route decodes its body with the codec, runs one kernel command and answers with
-the kernel's reply as JSON. Prompts answer with the run's events as SSE (or one JSON
-result with ``Accept: application/json``, or 202 at once with ``?wait=false``).
-Streams subscribe *before* the prompt is sent, so no event of the run can be missed,
-and resume from ``Last-Event-ID`` / ``?after=`` on reconnect.
+the kernel's reply as JSON. A prompt is followed by the kernel's run follower and
+answers with that run's events as SSE (or one JSON result with ``Accept:
+application/json``, or 202 at once with ``?wait=false``); its questions are the
+client's to answer (``/approvals``, ``/turn-limit``). ``/events`` follows the whole
+session and resumes from ``Last-Event-ID`` / ``?after=`` on reconnect.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 import anyio
 
-from kernel import Follower, Kernel, KernelError
+from kernel import Follower, Kernel, KernelError, RunFollower, RunWatch
 from kernel import model as m
-from kernel.session import Session
 from transports.shared import (
+    HttpError,
     Request,
     Response,
     Router,
     SSEStream,
+    format_sse,
     json_response,
     open_sse,
+    write_frames,
 )
 
 from . import codec
-from .codec import ApiError
-from .sse import interrupt_run, write_frames
+from .wire import ApiError, ApprovalBody, CommandBody, PromptBody, RegenerateBody, SessionCreate, ToolBody, TurnLimitBody
 
 T = TypeVar("T")
 
@@ -36,8 +39,13 @@ T = TypeVar("T")
 DIRECT_TOOLS_SESSION = "http-direct-tools"
 
 
+def event_frame(event: m.Event) -> bytes:
+    """One kernel event as one SSE frame (the fields are the codec's)."""
+    return format_sse(codec.event_data(event), event=codec.event_tag(event), id=codec.event_id(event))
+
+
 def _refuse(error: ApiError) -> NoReturn:
-    raise error.http_error()
+    raise HttpError(error.status, error.message, code=error.code, headers=error.headers)
 
 
 def _ok(value: T | ApiError) -> T:
@@ -95,15 +103,15 @@ class NativeApi:
     async def _reply(self, command: m.Command, status: int = 200) -> Response:
         return json_response(status, await self._execute(command))
 
-    async def _session(self, request: Request) -> Session:
-        """The path's session, which must exist (loaded from the store if not live)."""
-        try:
-            return await self.kernel.session(request.path_params["session_id"], create=False)
-        except KernelError as exc:
-            _refuse(codec.kernel_error(exc))
+    async def _session(self, session_id: str) -> m.SessionOpened:
+        """The session, which must exist (loaded from the store if not live)."""
+        reply = await self._execute(m.GetSession(session_id=session_id))
+        assert isinstance(reply, m.SessionOpened)
+        return reply
 
     async def _session_id(self, request: Request) -> str:
-        return (await self._session(request)).id
+        """The path's session id, once the session is known to exist (404 otherwise)."""
+        return (await self._session(request.path_params["session_id"])).session.session_id
 
     async def _body(self, request: Request, type: type[T], *, empty_ok: bool = False) -> T:
         return _ok(codec.decode(await request.body(), type, empty_ok=empty_ok))
@@ -130,19 +138,18 @@ class NativeApi:
 
     async def patch_settings(self, request: Request) -> Response:
         changes = await self._body(request, dict[str, Any])
-        return await self._reply(m.UpdateSettings(changes=codec.drop_masked_secrets(changes)))
+        return await self._reply(m.UpdateSettings(changes=changes))
 
     async def execute_tool(self, request: Request) -> Response:
-        body = await self._body(request, codec.ToolBody, empty_ok=True)
+        body = await self._body(request, ToolBody, empty_ok=True)
         name = request.path_params["name"]
         session_id = body.session_id
         if session_id is not None:
-            try:
-                await self.kernel.session(session_id, create=False)
-            except KernelError as exc:
-                _refuse(codec.kernel_error(exc))
+            await self._session(session_id)
         elif name in self.kernel.tools:
-            session_id = (await self.kernel.session(DIRECT_TOOLS_SESSION, label="direct tool calls (http)")).id
+            opened = await self._execute(m.OpenSession(session_id=DIRECT_TOOLS_SESSION, label="direct tool calls (http)"))
+            assert isinstance(opened, m.SessionOpened)
+            session_id = opened.session.session_id
         return await self._reply(m.ExecuteTool(session_id=session_id, name=name, arguments=body.arguments))
 
     # ---------------------------------------------------------- sessions
@@ -151,19 +158,19 @@ class NativeApi:
         return await self._reply(m.ListSessions(agent_id=request.query.get("agent") or None))
 
     async def create_session(self, request: Request) -> Response:
-        body = await self._body(request, codec.SessionCreate, empty_ok=True)
+        body = await self._body(request, SessionCreate, empty_ok=True)
         command = _ok(codec.open_session_command(body))
         existed = False
         if body.session_id is not None:
             try:
-                await self.kernel.session(body.session_id, create=False)
+                await self.kernel.execute(m.GetSession(session_id=body.session_id))
                 existed = True
             except KernelError:
                 existed = False
         return await self._reply(command, 200 if existed else 201)
 
     async def get_session(self, request: Request) -> Response:
-        return json_response(200, m.SessionOpened(session=(await self._session(request)).info()))
+        return json_response(200, await self._session(request.path_params["session_id"]))
 
     async def delete_session(self, request: Request) -> Response:
         return await self._reply(m.DeleteSession(session_id=request.path_params["session_id"]))
@@ -173,7 +180,7 @@ class NativeApi:
 
     async def approve(self, request: Request) -> Response:
         session_id = await self._session_id(request)
-        body = await self._body(request, codec.ApprovalBody)
+        body = await self._body(request, ApprovalBody)
         return await self._reply(
             m.ResolveToolApproval(
                 session_id=session_id, call_id=body.call_id, approved=body.approved, reason=body.reason, remember=body.remember
@@ -182,12 +189,12 @@ class NativeApi:
 
     async def turn_limit(self, request: Request) -> Response:
         session_id = await self._session_id(request)
-        body = await self._body(request, codec.TurnLimitBody)
+        body = await self._body(request, TurnLimitBody)
         return await self._reply(m.ResolveTurnLimit(session_id=session_id, confirmed=body.confirmed, reason=body.reason))
 
     async def run_command(self, request: Request) -> Response:
         session_id = await self._session_id(request)
-        body = await self._body(request, codec.CommandBody)
+        body = await self._body(request, CommandBody)
         return await self._reply(_ok(codec.command_command(session_id, body)))
 
     async def get_history(self, request: Request) -> Response:
@@ -202,45 +209,44 @@ class NativeApi:
 
     async def prompt(self, request: Request) -> Response | None:
         session_id = await self._session_id(request)
-        body = await self._body(request, codec.PromptBody)
-        command = _ok(codec.prompt_command(session_id, body, request.headers.get("x-request-id")))
-        return await self._run(request, session_id, command)
+        body = await self._body(request, PromptBody)
+        return await self._run(request, _ok(codec.prompt_command(session_id, body, request.headers.get("x-request-id"))))
 
     async def regenerate(self, request: Request) -> Response | None:
         session_id = await self._session_id(request)
-        body = await self._body(request, codec.RegenerateBody, empty_ok=True)
-        request_id = body.request_id or request.headers.get("x-request-id")
-        command = m.Regenerate(session_id=session_id, request_id=request_id, options=body.options)
-        return await self._run(request, session_id, command)
+        body = await self._body(request, RegenerateBody, empty_ok=True)
+        return await self._run(request, codec.regenerate_command(session_id, body, request.headers.get("x-request-id")))
 
-    async def _run(self, request: Request, session_id: str, command: m.Prompt | m.Regenerate) -> Response | None:
-        async with await Follower.open(self.kernel, session_id, stop_on_loss=True) as follower:
-            accepted = await self._execute(command)
-            assert isinstance(accepted, m.Accepted) and accepted.run_id is not None
-            if request.query.get("wait", "").lower() in ("0", "false", "no"):
-                return json_response(202, accepted)
-            if codec.wants_json(request.headers.get("accept")):
-                return await self._collect(follower, session_id, accepted.run_id)
-            headers = {"x-session-id": session_id, "x-run-id": accepted.run_id}
+    async def _run(self, request: Request, command: m.Prompt | m.Regenerate) -> Response | None:
+        if request.query.get("wait", "").lower() in ("0", "false", "no"):
+            return await self._reply(command, 202)  # followed on /events, if at all
+        as_json = codec.wants_json(request.headers.get("accept"))
+        try:
+            # A stream resumable by Last-Event-ID must not skip lost events: it ends at a gap.
+            # A JSON answer needs only the run's end (which carries the whole text).
+            run = await RunFollower.start(self.kernel, command, stop_on_loss=not as_json)
+        except KernelError as exc:
+            _refuse(codec.kernel_error(exc))
+        async with run:
+            if as_json:
+                return await self._collect(run)
+            assert run.run_id is not None  # a prompt's run has its id when accepted
+            headers = {"x-session-id": run.session_id, "x-run-id": run.run_id}
             async with open_sse(request, keepalive_interval_s=self.keepalive_s, headers=headers, send_timeout_s=self.send_timeout_s) as stream:
-                await self._pump(stream, follower, accepted.run_id)
+                await self._pump(stream, run.next_batch)
         return None
 
-    async def _collect(self, follower: Follower, session_id: str, run_id: str) -> Response:
-        collector = codec.RunCollector(run_id)
-        with anyio.move_on_after(self.run_timeout_s) as timer:
-            while not collector.end:
-                batch = await follower.next_batch()
-                if not batch or any(collector.feed(event) for event in batch):
-                    break
-        if timer.cancelled_caught:
-            interrupt_run(self.kernel, session_id, run_id)
-            return _error_response(
-                ApiError(
-                    status=504, code="timeout", details={"run_id": run_id},
-                    message=f"The run did not end within {self.run_timeout_s:g}s; it was interrupted",
-                )
-            )
+    async def _collect(self, run: RunFollower) -> Response:
+        collector = codec.RunCollector()
+        deadline = anyio.current_time() + self.run_timeout_s
+        ended = False
+        while not ended:
+            batch = await run.next_batch(deadline)
+            if not batch:  # the deadline passed
+                await run.interrupt()
+                return _error_response(codec.run_timeout(run.run_id, self.run_timeout_s))
+            for event in batch:
+                ended = collector.feed(event)
         outcome = collector.outcome()
         if isinstance(outcome, ApiError):
             return _error_response(outcome)
@@ -253,33 +259,38 @@ class NativeApi:
         after = _ok(codec.resume_after(request.headers.get("last-event-id"), request.query.get("after")))
         run_id = request.query.get("run_id") or None
         try:
+            # A hole in a stream resumable by Last-Event-ID would go unnoticed: end it instead.
             follower = await Follower.open(self.kernel, session_id, after, stop_on_loss=True)
         except KernelError as exc:
             _refuse(codec.kernel_error(exc))
+        batches = follower.next_batch if run_id is None else _run_events(follower, RunWatch(None, run_id))
         headers = {"x-session-id": session_id}
         async with follower, open_sse(request, keepalive_interval_s=self.keepalive_s, headers=headers, send_timeout_s=self.send_timeout_s) as stream:
-            await self._pump(stream, follower, run_id)
+            await self._pump(stream, batches)
         return None
 
-    async def _pump(self, stream: SSEStream, follower: Follower, run_id: str | None) -> None:
-        """Forward events (all, or one run's until it ends) as SSE frames, batched."""
-        while True:
+    async def _pump(self, stream: SSEStream, batches: Callable[[], Awaitable[list[m.Event]]]) -> None:
+        """Forward event batches as SSE frames, each batch in one write, until they end."""
+        while batch := await batches():
+            if not await write_frames(stream, [event_frame(event) for event in batch]):
+                return
+
+
+def _run_events(follower: Follower, watch: RunWatch) -> Callable[[], Awaitable[list[m.Event]]]:
+    """The session's batches narrowed to one run (``?run_id=``), ending with the run's
+    end; the notice of lost events passes, since it ends the stream too."""
+
+    async def next_batch() -> list[m.Event]:
+        while watch.end is None:
             batch = await follower.next_batch()
             if not batch:
-                return
-            frames: list[bytes] = []
-            done = False
-            for event in batch:
-                if not isinstance(event, m.SubscriberLagged) and run_id is not None and getattr(event, "run_id", None) != run_id:
-                    continue
-                frames.append(codec.event_frame(event))
-                if isinstance(event, m.SubscriberLagged) or (run_id is not None and isinstance(event, m.RUN_END_EVENTS)):
-                    done = True
-                    break
-            if frames and not await write_frames(stream, frames):
-                return
-            if done:
-                return
+                return []
+            ours = [e for e in batch if watch.feed(e) or (isinstance(e, m.SubscriberLagged) and watch.end is None)]
+            if ours:
+                return ours
+        return []
+
+    return next_batch
 
 
-__all__ = ["DIRECT_TOOLS_SESSION", "NativeApi"]
+__all__ = ["DIRECT_TOOLS_SESSION", "NativeApi", "event_frame"]

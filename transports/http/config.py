@@ -1,0 +1,61 @@
+"""``[transports.http]``: the http transport's configuration (docs/http.md), and who
+answers the questions (tool approval, turn limit) of its runs.
+
+The native API's clients answer them (``/approvals``, ``/turn-limit``): its runs ask.
+An OpenAI client cannot be asked anything, so OpenAI requests are decided by
+``openai_tool_approval``: declined by default, and they do not extend the turn limit.
+``"ask"`` there would only wait for the kernel's approval timeout, and is refused at
+load time.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from kernel import model as m
+from transports.shared import ConfigError, ServerConfig
+
+#: What the model is told when the policy declines a tool call of an OpenAI request.
+OPENAI_DENIAL = "answered by the http transport's openai_tool_approval policy"
+
+
+def openai_policy(setting: m.ApprovalSetting) -> m.ApprovalPolicy:
+    """The policy of OpenAI requests (a mode or a table); ValueError if it would ask."""
+    policy = m.approval_policy(setting, reason=OPENAI_DENIAL)
+    if "ask" in (policy.mode, policy.at_turn_limit()):
+        raise ValueError('openai_tool_approval: OpenAI clients cannot be asked; use "reject", "approve" or a table without "ask"')
+    return policy
+
+
+class HttpConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
+    """``[transports.http]``. Inherited WebSocket-only fields are accepted and unused."""
+
+    port: int = 8000
+    #: Origins allowed to call the API from a browser (CORS); empty = CORS off and any
+    #: request carrying an ``Origin`` header is refused (403). ``"*"`` allows all.
+    cors_origins: list[str] = msgspec.field(default_factory=list)
+    #: Largest request body (chat requests carry whole conversations and images).
+    max_body_bytes: int = 4_194_304
+    #: Seconds of silence after which an SSE stream gets a ``: keep-alive`` comment; 0 = never.
+    sse_keepalive_s: float = 15.0
+    #: Requests per client IP per minute (all routes but /health); 0 disables.
+    rate_limit_per_minute: int = 600
+    #: Longest wait for a JSON answer (native ``Accept: application/json``, non-streamed
+    #: chat completions, or the first streamed chunk); then 504 and the run is interrupted.
+    run_timeout_s: float = 600.0
+    #: How the questions of OpenAI requests are answered, whose clients cannot answer
+    #: them: ``"reject"``, ``"approve"`` or a policy table (``mode``, ``allow_tools``,
+    #: ``allow_categories``, ``turn_limit``, ``reason``) that never asks.
+    openai_tool_approval: m.ApprovalSetting = "reject"
+
+    def __post_init__(self) -> None:
+        openai_policy(self.openai_tool_approval)  # refused at load time, not at the first request
+
+
+def check_config(config: HttpConfig) -> None:
+    if config.sse_keepalive_s < 0:
+        raise ConfigError("sse_keepalive_s must be >= 0")
+    if config.run_timeout_s <= 0:
+        raise ConfigError("run_timeout_s must be positive")
+    if config.rate_limit_per_minute < 0:
+        raise ConfigError("rate_limit_per_minute must be >= 0")

@@ -1,0 +1,176 @@
+"""OpenAI-compatible routes: ``POST /v1/chat/completions``, ``GET /v1/models[/{id}]``.
+
+A chat completion is one kernel run in a throw-away session (``codec.open_session``):
+the prior turns are saved as its history, the run is followed by the kernel's run
+follower under the transport's approval policy (nobody can answer a question on this
+API), and the session is deleted when the answer is out or the client went away.
+Non-streamed answers wait for the run's end (bounded by ``run_timeout_s``; a client
+that disconnects interrupts the run). Streamed answers hold the response headers back
+until the run produces its first output, so a failure before that (the usual case for
+an upstream rate limit) still gets its real HTTP status; after that a failure is an
+in-stream ``{"error": ...}`` event, which the OpenAI SDKs raise.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from typing import Literal
+
+import anyio
+
+from kernel import Kernel, KernelError, RunFollower
+from kernel import model as m
+from transports.shared import Request, Response, Router, format_sse, json_response, open_sse, wait_disconnect, write_frames
+
+from . import codec
+from .codec import ChatPlan
+from .wire import OpenAIError
+
+log = logging.getLogger("gateway.http")
+
+
+def _error(error: OpenAIError) -> Response:
+    return json_response(error.status, error.body(), headers=error.headers)
+
+
+def _frames(payloads: Iterable[bytes]) -> list[bytes]:
+    """The codec's event payloads as SSE frames (``data:`` lines only, as OpenAI sends)."""
+    return [format_sse(payload) for payload in payloads]
+
+
+class OpenAIApi:
+    def __init__(self, kernel: Kernel, *, keepalive_s: float, run_timeout_s: float, policy: m.ApprovalPolicy) -> None:
+        self.kernel = kernel
+        self.keepalive_s = keepalive_s
+        self.run_timeout_s = run_timeout_s
+        self.policy = policy
+
+    @property
+    def send_timeout_s(self) -> float:
+        """A reader that takes no event for this long is let go: the kernel's lag grace."""
+        return self.kernel.settings.session.lag_grace_s
+
+    def register(self, router: Router) -> None:
+        router.post("/v1/chat/completions")(self.chat_completions)
+        router.get("/v1/models")(self.models)
+        router.get("/v1/models/{model}")(self.model)
+
+    def _agents(self) -> list[m.AgentInfo]:
+        return [self.kernel.agent_info(agent) for agent in self.kernel.settings.agents]
+
+    async def models(self, request: Request) -> Response:
+        return json_response(200, codec.model_list(self._agents(), int(self.kernel.started_at)))
+
+    async def model(self, request: Request) -> Response:
+        found = codec.find_model(self._agents(), int(self.kernel.started_at), request.path_params["model"])
+        return _error(found) if isinstance(found, OpenAIError) else json_response(200, found)
+
+    async def chat_completions(self, request: Request) -> Response | None:
+        parsed = codec.decode_chat_request(await request.body())
+        if isinstance(parsed, OpenAIError):
+            return _error(parsed)
+        plan = codec.plan_chat(parsed, self._agents(), context_limit=self.kernel.settings.session.history_cap)
+        if isinstance(plan, OpenAIError):
+            return _error(plan)
+        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        try:
+            async with self._conversation(plan, completion_id) as run:
+                if plan.stream:
+                    return await self._stream(request, run, plan, completion_id)
+                return await self._complete(request, run, plan, completion_id)
+        except KernelError as exc:
+            return _error(codec.from_error_info(exc.info()))
+
+    @asynccontextmanager
+    async def _conversation(self, plan: ChatPlan, request_id: str) -> AsyncIterator[RunFollower]:
+        """The request's run, started in its ephemeral session; the session is deleted after."""
+        opened = await self.kernel.execute(codec.open_session(plan))
+        assert isinstance(opened, m.SessionOpened)
+        session_id = opened.session.session_id
+        try:
+            history = codec.save_history(plan, session_id)
+            if history is not None:
+                await self.kernel.execute(history)
+            command = codec.run_command(plan, session_id, request_id)
+            async with await RunFollower.start(self.kernel, command, policy=self.policy) as run:
+                yield run
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:  # the kernel lets an unfinished run record its end first
+                    await self.kernel.execute(m.DeleteSession(session_id=session_id))
+                except KernelError as error:
+                    log.debug("deleting ephemeral session %s: %s", session_id, error.message)
+
+    async def _until(self, request: Request, run: RunFollower, *, first_output: bool) -> tuple[list[m.Event], Literal["gone", "timeout"] | None]:
+        """Read the run's events until its end (or its first output); returns them and
+        ``"gone"`` / ``"timeout"`` when the client left or time ran out first."""
+        seen: list[m.Event] = []
+        why: Literal["gone", "timeout"] | None = None
+        deadline = anyio.current_time() + self.run_timeout_s
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                nonlocal why
+                await wait_disconnect(request)
+                why = "gone"
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            while run.end is None:
+                batch = await run.next_batch(deadline)
+                if not batch:  # the deadline passed
+                    why = "timeout"
+                    break
+                seen.extend(batch)
+                if first_output and any(isinstance(event, codec.OUTPUT) for event in batch):
+                    break
+            tg.cancel_scope.cancel()
+        return seen, why
+
+    async def _unanswered(self, run: RunFollower, why: Literal["gone", "timeout"]) -> Response:
+        await run.interrupt()
+        return _error(codec.client_gone() if why == "gone" else codec.run_timeout(self.run_timeout_s))
+
+    async def _complete(self, request: Request, run: RunFollower, plan: ChatPlan, completion_id: str) -> Response:
+        seen, why = await self._until(request, run, first_output=False)
+        if why is not None:
+            return await self._unanswered(run, why)
+        end = run.end
+        if isinstance(end, m.RunFailed):
+            return _error(codec.from_error_info(end.error))
+        assert isinstance(end, m.RunFinished)
+        body = codec.completion(
+            completion_id=completion_id, created=int(time.time()), model=plan.response_model,
+            finished=end, reasoning=codec.reasoning_text(seen), client_calls=end.pending_tool_calls,
+        )
+        return json_response(200, body)
+
+    async def _stream(self, request: Request, run: RunFollower, plan: ChatPlan, completion_id: str) -> Response | None:
+        pending, why = await self._until(request, run, first_output=True)
+        if why is not None:
+            return await self._unanswered(run, why)
+        early = codec.failed_before_output(run.end, pending)
+        if early is not None:
+            return _error(early)
+        encoder = codec.ChunkEncoder(
+            completion_id=completion_id, created=int(time.time()), model=plan.response_model, include_usage=plan.include_usage
+        )
+        async with open_sse(request, keepalive_interval_s=self.keepalive_s, headers={"x-request-id": completion_id}, send_timeout_s=self.send_timeout_s) as stream:
+            payloads = [encoder.opening()]
+            batch = pending
+            while True:
+                payloads.extend(payload for payload in map(encoder.event, batch) if payload is not None)
+                end = run.end
+                if isinstance(end, m.RunFinished):
+                    payloads.extend(encoder.closing(end, end.pending_tool_calls))
+                elif isinstance(end, m.RunFailed):
+                    payloads.append(encoder.failure(codec.from_error_info(end.error)))
+                if not await write_frames(stream, _frames(payloads)) or end is not None:
+                    break
+                payloads = []
+                batch = await run.next_batch()
+        return None
