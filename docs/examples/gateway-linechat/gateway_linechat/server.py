@@ -1,39 +1,35 @@
-"""The linechat transport: a TCP listener that binds the codec to sockets.
+"""The linechat transport: binds the codec to TCP connections and to the kernel's seam.
 
-Each connection gets its own kernel session. Two tasks share a socket: the
-reader turns lines into commands and runs them, the forwarder writes the
-session's events. One lock orders their writes, and with them the codec's idea
-of where a line starts. The security policy is the gateway's own, from
-``transports.shared``: loopback unless a token is set, a constant-time token
-check, per-address and per-minute limits.
+The carrier and the security policy are the gateway's own (``transports.shared``):
+:func:`serve_lines` checks the bind, limits connections per address, does the token
+handshake, and hands over each connection as lines in and ordered writes out. What is
+left here is the pump. Each connection gets its own session (``OpenSession``); a
+writer task follows the session's events (``Follower``: gap-free across subscriber
+lag) and writes them; the reader turns lines into commands for ``kernel.execute``.
+Both write through the connection, whose lock keeps the codec's idea of where a line
+starts in step with the bytes. At end of input the session's work may finish (within
+``eof_grace_s``), then ``CloseSession`` ends what is left and, with it, the writer.
 """
 
-from __future__ import annotations
-
-import logging
-from collections import deque
-
 import anyio
-from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 
-from kernel import Kernel, KernelError, Subscription
+from kernel import Follower, Kernel, KernelError
 from kernel import model as m
-from kernel.session import Session
-from transports.shared import ServerConfig, SlidingWindowLimiter, resolve_token, token_matches, validate_bind
+from transports.shared import LineConnection, LineServerConfig, LineTooLong, serve_lines
 
-from .codec import Authenticate, Failure, Greeting, Invalid, LinechatCodec, LineSplitter, Output, TooLong
-
-log = logging.getLogger("gateway.linechat")
+from .codec import Authenticate, Failure, Greeting, LinechatCodec, Output, presented_token
 
 
-class LinechatConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
-    """``[transports.linechat]``: the shared server settings, plus these."""
+class LinechatConfig(LineServerConfig, kw_only=True, forbid_unknown_fields=True):
+    """``[transports.linechat]``: the shared settings of a line server (``auth_timeout_s``
+    on top of every network transport's), plus these."""
 
     port: int = 7070
     #: The agent (id or name) that new sessions talk to; None: the default agent.
     agent: str | None = None
-    #: Seconds a client has to send ``/token`` when a token is required.
-    auth_timeout_s: float = 10.0
+    #: Who answers tool approvals and turn limits: "ask" the client (/approve, /deny),
+    #: "approve", "reject", or a table (allow_tools, allow_categories, turn_limit, ...).
+    tool_approval: m.ApprovalSetting = "ask"
     #: After a client closes its side, how long its running answer may still take.
     eof_grace_s: float = 30.0
 
@@ -43,164 +39,64 @@ class LinechatTransport:
     description = "line-based TCP chat: a line is a prompt, /commands steer (nc 127.0.0.1 7070)"
     Config = LinechatConfig
 
-    def __init__(self) -> None:
-        self._per_ip: dict[str, int] = {}
-
-    async def serve(
-        self, kernel: Kernel, config: LinechatConfig, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        token = resolve_token(config)  # config.token, else $GATEWAY_TOKEN
-        validate_bind(config, token)  # refuses a non-loopback host without a token
+    async def serve(self, kernel: Kernel, config: LinechatConfig, *, task_status: anyio.abc.TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED) -> None:
         kernel.agent(config.agent)  # an unknown agent fails now, not on every connection
-        listener = await anyio.create_tcp_listener(local_host=config.host, local_port=config.port)
-        async with listener:
-            port = listener.extra(SocketAttribute.local_port)
-            host = f"[{config.host}]" if ":" in config.host else config.host
-            task_status.started(f"tcp://{host}:{port}")
-
-            async def handle(stream: SocketStream) -> None:
-                await self._accept(kernel, config, token, stream)
-
-            await listener.serve(handle)
-
-    async def _accept(self, kernel: Kernel, config: LinechatConfig, token: str | None, stream: SocketStream) -> None:
-        """One connection, start to end. Nothing may escape: it would stop the listener."""
-        ip = str(stream.extra(SocketAttribute.remote_address)[0])
-        counted = False
-        async with stream:
-            try:
-                if config.max_connections_per_ip and self._per_ip.get(ip, 0) >= config.max_connections_per_ip:
-                    await stream.send(b"! too many connections from your address\n\n")
-                    return
-                self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
-                counted = True
-                await _Connection(kernel, config, token, stream).run()
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                log.debug("linechat: %s went away", ip)
-            except Exception:
-                log.exception("linechat: the connection from %s failed", ip)
-            finally:
-                if counted:
-                    self._per_ip[ip] -= 1
-                    if not self._per_ip[ip]:
-                        del self._per_ip[ip]
+        await serve_lines(
+            config, lambda conn: _Connection(kernel, config, conn).run(), task_status=task_status,
+            token_of=presented_token, auth_hint="the first line must be /token TOKEN", refusal=lambda text: LinechatCodec().render(Failure(text)),
+            send_timeout_s=kernel.settings.session.lag_grace_s,  # a client that stops reading is dropped
+        )
 
 
 class _Connection:
-    def __init__(self, kernel: Kernel, config: LinechatConfig, token: str | None, stream: SocketStream) -> None:
-        self.kernel = kernel
-        self.config = config
-        self.token = token
-        self.stream = stream
-        self.codec = LinechatCodec()
-        self.splitter = LineSplitter(config.max_message_bytes)
-        self.ready: deque[bytes | TooLong] = deque()
-        self.limiter = SlidingWindowLimiter(config.rate_limit_per_minute)
-        self.lock = anyio.Lock()
-        self.eof = False  # the client closed its side (or the socket broke)
-        self.closed = False  # writing failed: nobody is listening any more
-        self.unwritten = False  # the forwarder holds events it has not written yet
-        self.events: Subscription  # the session's events, from run() on
+    def __init__(self, kernel: Kernel, config: LinechatConfig, conn: LineConnection) -> None:
+        self.kernel, self.config, self.conn = kernel, config, conn
 
     async def run(self) -> None:
-        if self.token is not None and not await self.authenticate():
-            return
-        session = await self.kernel.session(None, self.config.agent)
-        self.codec.session_id = session.id
-        info = self.kernel.agent_info(session.agent)
-        log.info("linechat: new session %s", session.id)
-        self.events = await self.kernel.subscribe(session.id)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self.forward, session.id)
-            try:
-                await self.send([Greeting(session.id, info.name, info.model)])
-                while (line := await self.next_line()) is not None:
-                    await self.handle(line)
-                await self.drain(session)
-            except anyio.get_cancelled_exc_class():
-                # The gateway is stopping: say so before the socket closes.
-                with anyio.CancelScope(shield=True), anyio.move_on_after(1):
-                    await self.send([Failure("gateway shutting down", ends_response=False)])
-                raise
-            tg.cancel_scope.cancel()
+        opened = await self.kernel.execute(m.OpenSession(agent_id=self.config.agent))
+        assert isinstance(opened, m.SessionOpened)
+        session = opened.session
+        self.codec = LinechatCodec(session.session_id, m.approval_policy(self.config.tool_approval, reason="this linechat server does not allow it"))
+        self.conn.farewell = lambda: self.codec.render(Failure("gateway shutting down", ends_response=False))
+        # Following starts before any prompt can run, so no event is missed.
+        async with await Follower.open(self.kernel, session.session_id) as events, anyio.create_task_group() as tg:
+            tg.start_soon(self.write_events, events)
+            await self.send(Greeting(session.session_id, self.kernel.agent(session.agent_id).name, session.model))
+            while (line := await self.conn.receive()) is not None:
+                await self.handle(line)
+            await self.drain(session.session_id)
 
-    async def authenticate(self) -> bool:
-        line = None
-        with anyio.move_on_after(self.config.auth_timeout_s):
-            line = await self.next_line()
-        given = self.codec.decode(line) if line is not None else None
-        if isinstance(given, Authenticate) and token_matches(given.token, self.token):
-            return True
-        await self.send([self.codec.failure(None, "unauthorized: the first line must be /token TOKEN")])
-        return False
-
-    async def next_line(self) -> bytes | TooLong | None:
-        """The next input line; None once the client has closed its side."""
-        while not self.ready:
-            if self.eof or self.closed:
-                return None
-            try:
-                data = await self.stream.receive()
-            except (anyio.EndOfStream, anyio.BrokenResourceError):
-                self.eof = True
-                self.ready.extend(self.splitter.end())
-            else:
-                self.ready.extend(self.splitter.feed(data))
-        return self.ready.popleft()
-
-    async def handle(self, line: bytes | TooLong) -> None:
-        command = self.codec.decode(line)
+    async def handle(self, line: bytes | LineTooLong) -> None:
+        command = self.codec.decode(line) if isinstance(line, bytes) else self.codec.too_long(line.size, line.limit)
         if command is None or isinstance(command, Authenticate):
             return  # a blank line, or /token when already in
-        if isinstance(command, Invalid):
-            await self.send([self.codec.failure(command, command.message)])
-            return
-        wait_s = self.limiter.check()
-        if wait_s:
-            await self.send([self.codec.failure(command, f"rate limit reached: wait {wait_s:.1f}s")])
-            return
-        try:
-            reply: Output = await self.kernel.execute(command)
+        if wait_s := self.conn.limiter.check():
+            return await self.send(self.codec.failure(command, f"rate limit reached: wait {wait_s:.1f}s"))
+        try:  # a line that makes no sense is answered by its own failure
+            reply: Output = command if isinstance(command, Failure) else await self.kernel.execute(command)
         except KernelError as exc:
             reply = self.codec.failure(command, exc.message)
-        await self.send([reply])
+        await self.send(reply)
 
-    async def forward(self, session_id: str) -> None:
-        """Write the session's events, as many per write as are ready."""
-        while True:
-            lagged: int | None = None
-            async with self.events:
-                async for event in self.events:
-                    self.unwritten = True
-                    batch = [event, *self.events.receive_nowait()]
-                    if isinstance(batch[-1], m.SubscriberLagged):
-                        lagged = batch.pop().last_seq
-                    await self.send(batch)
-                    self.unwritten = False
-            if lagged is None:
-                return
-            # This client read too slowly and was cut off: resume where it stopped.
-            self.events = await self.kernel.subscribe(session_id, after_seq=lagged)
+    async def write_events(self, follower: Follower) -> None:
+        """The session's events, as many per write as are ready, until the session is closed."""
+        while batch := await follower.next_batch():
+            await self.send(*batch)
 
-    async def send(self, messages: list[Output]) -> None:
-        async with self.lock:
-            text = "".join(self.codec.render(message) for message in messages)
-            if not text or self.closed:
-                return
-            try:
-                await self.stream.send(text.encode())
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                self.closed = True
+    async def send(self, *messages: Output) -> None:
+        await self.conn.write(lambda: "".join(map(self.codec.render, messages)))
 
-    async def drain(self, session: Session) -> None:
-        """The client closed its side: let its answer finish (bounded), then flush it."""
-        with anyio.move_on_after(self.config.eof_grace_s):
-            while session.busy and not self.closed:
-                await anyio.sleep(0.05)
-        with anyio.move_on_after(5):
-            while session.busy:  # queued prompts too: nobody will read them
-                session.interrupt()
-                await anyio.sleep(0.05)
-        with anyio.move_on_after(5):
-            while self.events.pending or self.unwritten:
-                await anyio.sleep(0.01)
+    async def drain(self, session_id: str) -> None:
+        """The client closed its side: what it asked for may still finish (bounded). Then the
+        session is closed, which interrupts what is left and ends the writer once it wrote the
+        session's last events."""
+        async with await Follower.open(self.kernel, session_id) as events:  # before asking: no end is missed
+            with anyio.move_on_after(self.config.eof_grace_s):
+                while not self.conn.closed and await self.busy(session_id):
+                    await events.next_batch()
+        await self.kernel.execute(m.CloseSession(session_id=session_id))
+
+    async def busy(self, session_id: str) -> bool:
+        """Whether the session has a run going or waiting."""
+        reply = await self.kernel.execute(m.GetSession(session_id=session_id))
+        return isinstance(reply, m.SessionOpened) and (reply.session.run_id is not None or reply.session.queued > 0)

@@ -1,21 +1,13 @@
 """The codec on its own: lines in, commands out; events in, text out. No sockets."""
 
-from gateway_linechat.codec import Authenticate, Failure, Greeting, Invalid, LinechatCodec, LineSplitter, TooLong
+from gateway_linechat.codec import Authenticate, Failure, Greeting, Invalid, LinechatCodec, presented_token
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kernel import model as m
+from transports.shared import LineSplitter, LineTooLong
 
 RUN = {"session_id": "s1", "run_id": "r1"}
-
-
-def test_lines_are_cut_at_newlines_and_over_long_ones_dropped() -> None:
-    splitter = LineSplitter(max_line_bytes=8)
-    assert splitter.feed(b"hel") == []
-    assert splitter.feed(b"lo\r\nworld\n") == [b"hello", b"world"]
-    assert splitter.feed(b"far too long\nok\nrest") == [TooLong(12, 8), b"ok"]
-    assert splitter.end() == [b"rest"]
-    assert splitter.end() == []
 
 
 def test_a_line_is_a_prompt_and_a_slash_line_a_command() -> None:
@@ -28,7 +20,8 @@ def test_a_line_is_a_prompt_and_a_slash_line_a_command() -> None:
     assert codec.decode(b"   ") is None
     assert codec.decode(b"/") == Invalid("a command needs a name, e.g. /help")
     assert codec.decode(b"\xff\xfe") == Invalid("lines must be UTF-8 text")
-    assert codec.decode(TooLong(100, 10)) == Invalid("line of 100 bytes is over the 10-byte limit; ignored")
+    assert codec.too_long(100, 10) == Invalid("line of 100 bytes is over the 10-byte limit; ignored")
+    assert presented_token(b"/token s3cret") == "s3cret" and presented_token(b"s3cret") is None
 
 
 def test_approve_and_deny_answer_the_open_question() -> None:
@@ -36,6 +29,14 @@ def test_approve_and_deny_answer_the_open_question() -> None:
     assert codec.decode(b"/approve") == m.ResolveToolApproval(session_id="s1", approved=True)
     codec.render(m.TurnLimitReached(**RUN, current_turns=3, max_turns=3))
     assert codec.decode(b"/deny enough") == m.ResolveTurnLimit(session_id="s1", confirmed=False, reason="enough")
+    codec.render(m.ToolApprovalRequested(**RUN, call_id="c7", name="shout", arguments="{}"))
+    assert codec.decode(b"/approve") == m.ResolveToolApproval(session_id="s1", call_id="c7", approved=True)
+
+
+def test_prompts_carry_the_approval_policy_of_the_server() -> None:
+    policy = m.ApprovalPolicy(mode="reject", allow_tools=("shout",), reason="not here")
+    prompt = LinechatCodec("s1", approval=policy).decode(b"hi")
+    assert prompt == m.Prompt(session_id="s1", text="hi", options=m.PromptOptions(approval=policy))
 
 
 def test_a_run_renders_as_text_tool_lines_and_a_blank_line() -> None:
@@ -92,8 +93,8 @@ def test_an_empty_line_in_the_model_text_cannot_end_the_response() -> None:
 def test_any_bytes_decode_without_raising(chunks: list[bytes]) -> None:
     splitter, codec = LineSplitter(max_line_bytes=16), LinechatCodec("s1")
     for line in [line for chunk in chunks for line in splitter.feed(chunk)] + splitter.end():
-        codec.decode(line)
-        assert isinstance(line, TooLong) or len(line) <= 16
+        codec.decode(line) if isinstance(line, bytes) else codec.too_long(line.size, line.limit)
+        assert isinstance(line, LineTooLong) or len(line) <= 16
 
 
 @given(st.lists(st.text(alphabet="ab \n\r", max_size=12), max_size=12))
