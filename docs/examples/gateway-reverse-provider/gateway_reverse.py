@@ -1,6 +1,6 @@
 """reverse: a toy model that answers with the user's last message reversed.
 
-It shows the whole provider seam (``kernel.provider``): ``stream`` is an async
+It shows the whole provider seam (the chunk types ``kernel`` exports): ``stream`` is an async
 generator of chunks — text pieces, then the token usage, then why it stopped.
 The run loop consumes it inside ``aclosing``, so an interrupt closes the
 generator at its next ``await`` and nothing keeps running behind the user's back.

@@ -4,8 +4,8 @@ import re
 
 import anyio
 import pytest
-from gateway_dice import ROLL, ROLL_DICE
 
+from gateway_dice import ROLL, ROLL_DICE
 from kernel import KernelError
 from kernel import model as m
 from kernel.testing import ScriptedProvider, running_kernel, text_turn, tool_turn

@@ -1,9 +1,9 @@
 """The codec on its own: lines in, commands out; events in, text out. No sockets."""
 
-from gateway_linechat.codec import Authenticate, Failure, Greeting, Invalid, LinechatCodec, presented_token
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway_linechat.codec import Authenticate, Failure, Greeting, Invalid, LinechatCodec, presented_token
 from kernel import model as m
 from transports.shared import LineSplitter, LineTooLong
 

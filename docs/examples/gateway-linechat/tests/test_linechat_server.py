@@ -9,8 +9,8 @@ import anyio
 import pytest
 from anyio.abc import SocketStream, TaskStatus
 from anyio.streams.buffered import BufferedByteReceiveStream
-from gateway_linechat import LinechatConfig, LinechatTransport
 
+from gateway_linechat import LinechatConfig, LinechatTransport
 from kernel import AgentSettings, Kernel, KernelError, SlashCommand, Tool
 from kernel import model as m
 from kernel.testing import ScriptedProvider, running_kernel, text_turn, tool_turn

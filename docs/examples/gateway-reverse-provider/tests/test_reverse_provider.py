@@ -2,10 +2,10 @@
 
 import anyio
 import pytest
-from gateway_reverse import ReverseProvider
 
+from gateway_reverse import ReverseProvider
+from kernel import FinishChunk, ProviderRequest, TextChunk, UsageChunk
 from kernel import model as m
-from kernel.provider import FinishChunk, ProviderRequest, TextChunk, UsageChunk
 from kernel.testing import running_kernel
 
 pytestmark = pytest.mark.anyio
