@@ -107,8 +107,8 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     except BaseExceptionGroup as group:
         leaves = _leaves(group)
-        for exc in leaves:
-            print(f"gateway: {exc}" if isinstance(exc, app.StartupError) else f"gateway: {type(exc).__name__}: {exc}", file=sys.stderr)
+        for leaf in leaves:
+            print(f"gateway: {leaf}" if isinstance(leaf, app.StartupError) else f"gateway: {type(leaf).__name__}: {leaf}", file=sys.stderr)
         return 2 if all(isinstance(e, app.StartupError) for e in leaves) else 1
     except (OSError, ValueError) as exc:
         print(f"gateway: {exc}", file=sys.stderr)

@@ -26,13 +26,10 @@ class OpenPrompt:
     """
 
     def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
         self.watch = RunWatch(request_id)
         self.cancelled = False
         self.done = anyio.Event()
-
-    @property
-    def request_id(self) -> str:
-        return self.watch.request_id
 
 
 class SessionState:

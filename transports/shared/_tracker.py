@@ -30,6 +30,7 @@ class ConnectionTracker:
 
     def __init__(self) -> None:
         self._open: set[_Closable] = set()
+        self._emptied = anyio.Event()
         self._per_ip: Counter[str] = Counter()
         #: Set once shutdown started: new upgrades are refused with 503.
         self.shutting_down = False
@@ -54,6 +55,8 @@ class ConnectionTracker:
 
     def unregister(self, conn: _Closable) -> None:
         self._open.discard(conn)
+        if not self._open:
+            self._emptied.set()
 
     async def close_all(self, timeout_s: float = 1.0) -> None:
         """Ask every open connection to end, then wait (bounded) until they are gone."""
@@ -62,8 +65,9 @@ class ConnectionTracker:
             async with anyio.create_task_group() as tg:
                 for conn in list(self._open):
                     tg.start_soon(conn.shutdown)
-            while self._open:
-                await anyio.sleep(0.01)
+            if self._open:
+                self._emptied = anyio.Event()
+                await self._emptied.wait()
 
 
 _default_tracker = ConnectionTracker()
