@@ -12,63 +12,55 @@ loads msgspec and nothing more.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .lazy import lazy_exports as lazy_exports
 
 #: Exported name -> the private module that defines it.
 _EXPORTS: dict[str, str] = {
-    "Kernel": "kernel",
-    "ProviderFactory": "kernel",
-    "gateway_version": "kernel",
-    "Follower": "follow",
-    "RunFollower": "follow",
-    "RunWatch": "watch",
-    "Subscription": "hub",
-    "Command": "model",
-    "Event": "model",
-    "Reply": "model",
-    "KernelError": "model",
-    "ApprovalPolicy": "model",
-    "FileAccess": "model",
-    "CommandContext": "commands",
-    "SlashCommand": "commands",
-    "Chunk": "provider",
-    "FinishChunk": "provider",
-    "FinishReason": "provider",
-    "Provider": "provider",
-    "ProviderError": "provider",
-    "ProviderRequest": "provider",
-    "ReasoningChunk": "provider",
-    "TextChunk": "provider",
-    "ToolCallChunk": "provider",
-    "ToolSpec": "provider",
-    "UsageChunk": "provider",
-    "AgentSettings": "settings",
-    "OpenAISettings": "settings",
-    "SECRET_KEYS": "settings",
-    "Settings": "settings",
-    "load_settings": "settings",
-    "mask_secret": "settings",
-    "mask_secrets": "settings",
-    "SQLiteStore": "store",
-    "Store": "store",
-    "Tool": "tools",
-    "ToolContext": "tools",
-    "ToolFailure": "tools",
-    "WorkspaceFiles": "files",
+    "Kernel": ".kernel",
+    "ProviderFactory": ".kernel",
+    "gateway_version": ".kernel",
+    "lazy_exports": ".lazy",
+    "Follower": ".follow",
+    "RunFollower": ".follow",
+    "RunWatch": ".watch",
+    "Subscription": ".hub",
+    "Command": ".model",
+    "Event": ".model",
+    "Reply": ".model",
+    "KernelError": ".model",
+    "ApprovalPolicy": ".model",
+    "FileAccess": ".model",
+    "CommandContext": ".commands",
+    "SlashCommand": ".commands",
+    "Chunk": ".provider",
+    "FinishChunk": ".provider",
+    "FinishReason": ".provider",
+    "Provider": ".provider",
+    "ProviderError": ".provider",
+    "ProviderRequest": ".provider",
+    "ReasoningChunk": ".provider",
+    "TextChunk": ".provider",
+    "ToolCallChunk": ".provider",
+    "ToolSpec": ".provider",
+    "UsageChunk": ".provider",
+    "AgentSettings": ".settings",
+    "OpenAISettings": ".settings",
+    "SECRET_KEYS": ".settings",
+    "Settings": ".settings",
+    "load_settings": ".settings",
+    "mask_secret": ".settings",
+    "mask_secrets": ".settings",
+    "SQLiteStore": ".store",
+    "Store": ".store",
+    "Tool": ".tools",
+    "ToolContext": ".tools",
+    "ToolFailure": ".tools",
+    "WorkspaceFiles": ".files",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kernel' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
+__getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from .commands import CommandContext as CommandContext

@@ -8,22 +8,13 @@ codec brings no server with it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kernel import lazy_exports
 
 _EXPORTS = {"AgentCliCodec": ".codec", "AgentCliConfig": ".config", "AgentCliTransport": ".server"}
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
+__getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from .codec import AgentCliCodec

@@ -7,22 +7,13 @@ Names load on first use, so importing a dialect's codec brings no server with it
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kernel import lazy_exports
 
 _WHERE: dict[str, str] = {"HttpApp": ".server", "HttpConfig": ".config", "HttpTransport": ".server"}
 
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'transports.http' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
+__getattr__, __all__ = lazy_exports(__name__, _WHERE)
 
 if TYPE_CHECKING:
     from .config import HttpConfig

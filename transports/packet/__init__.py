@@ -22,8 +22,9 @@ gateway, because this is where the document's programs import it from.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kernel import lazy_exports
 
 _MODULES: dict[str, tuple[str, ...]] = {
     "transports.packet.client": ("BackendClient",),
@@ -34,17 +35,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'transports.packet' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
+__getattr__, __all__ = lazy_exports(__name__, _WHERE)
 
 if TYPE_CHECKING:
     from gateway.embedded import BackendServer, default_kernel_factory

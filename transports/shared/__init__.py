@@ -13,8 +13,9 @@ private: their layout may change. Names load on first use, so a pure module
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kernel import lazy_exports
 
 _MODULES: dict[str, tuple[str, ...]] = {
     "._config": ("LOOPBACK_ORIGINS", "TOKEN_ENV_VAR", "ConfigError", "ServerConfig", "is_loopback_host", "resolve_token", "validate_bind"),
@@ -33,17 +34,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'transports.shared' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
+__getattr__, __all__ = lazy_exports(__name__, _WHERE)
 
 if TYPE_CHECKING:
     from ._config import LOOPBACK_ORIGINS as LOOPBACK_ORIGINS

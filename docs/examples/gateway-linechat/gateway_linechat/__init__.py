@@ -4,19 +4,13 @@ Names load on first use (PEP 562), so importing the codec, which is pure, does n
 load the server and its I/O libraries with it.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kernel import lazy_exports
 
 _WHERE = {"LinechatCodec": ".codec", "LinechatConfig": ".server", "LinechatTransport": ".server"}
 
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'gateway_linechat' has no attribute {name!r}")
-    return getattr(importlib.import_module(_WHERE[name], __name__), name)
-
+__getattr__, __all__ = lazy_exports(__name__, _WHERE)
 
 if TYPE_CHECKING:
     from .codec import LinechatCodec
