@@ -189,12 +189,18 @@ class ApprovalPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
 ApprovalSetting = ApprovalPolicy | Literal["ask", "approve", "reject"]
 
 
-def approval_policy(value: ApprovalSetting, *, reason: str | None = None) -> ApprovalPolicy:
+def approval_policy(value: ApprovalSetting, *, reason: str | None = None, unattended: str | None = None) -> ApprovalPolicy:
     """A policy from a transport's config value: a table, or one of its modes as shorthand.
-    ``reason`` is the default for a policy that gives none."""
+
+    ``reason`` is the default for a policy that gives none. ``unattended`` names who cannot
+    be asked (``"OpenAI clients"``): a policy that would ask them anything — which only waits
+    out the approval timeout — is refused with a ValueError saying so.
+    """
     policy = value if isinstance(value, ApprovalPolicy) else ApprovalPolicy(mode=value)
     if policy.reason is None and reason is not None:
         policy = msgspec.structs.replace(policy, reason=reason)
+    if unattended is not None and "ask" in (policy.mode, policy.at_turn_limit()):
+        raise ValueError(f'{unattended} cannot be asked; use "reject", "approve" or a table without "ask"')
     return policy
 
 

@@ -21,10 +21,10 @@ OPENAI_DENIAL = "answered by the http transport's openai_tool_approval policy"
 
 def openai_policy(setting: m.ApprovalSetting) -> m.ApprovalPolicy:
     """The policy of OpenAI requests (a mode or a table); ValueError if it would ask."""
-    policy = m.approval_policy(setting, reason=OPENAI_DENIAL)
-    if "ask" in (policy.mode, policy.at_turn_limit()):
-        raise ValueError('openai_tool_approval: OpenAI clients cannot be asked; use "reject", "approve" or a table without "ask"')
-    return policy
+    try:
+        return m.approval_policy(setting, reason=OPENAI_DENIAL, unattended="OpenAI clients")
+    except ValueError as exc:
+        raise ValueError(f"openai_tool_approval: {exc}") from None
 
 
 class HttpConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):

@@ -18,10 +18,10 @@ REST_DENIAL = "tool approval is not possible over the REST API; connect over the
 
 def rest_policy(setting: m.ApprovalSetting) -> m.ApprovalPolicy:
     """The policy of REST runs (a mode or a table); ValueError if it would ask."""
-    policy = m.approval_policy(setting, reason=REST_DENIAL)
-    if "ask" in (policy.mode, policy.at_turn_limit()):
-        raise ValueError('rest_tool_approval: REST clients cannot be asked; use "reject", "approve" or a table without "ask"')
-    return policy
+    try:
+        return m.approval_policy(setting, reason=REST_DENIAL, unattended="REST clients")
+    except ValueError as exc:
+        raise ValueError(f"rest_tool_approval: {exc}") from None
 
 
 class OpenFangConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):

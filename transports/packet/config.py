@@ -17,10 +17,10 @@ REASON = "the packet API cannot ask for approval; set [transports.packet] tool_a
 
 def approval_policy(setting: m.ApprovalSetting) -> m.ApprovalPolicy:
     """The policy of ``tool_approval`` (a mode or a table); ValueError if it would ask."""
-    policy = m.approval_policy(setting, reason=REASON)
-    if "ask" in (policy.mode, policy.at_turn_limit()):
-        raise ValueError('tool_approval: the packet API cannot ask its caller; use "reject", "approve", or a table whose mode and turn_limit are not "ask"')
-    return policy
+    try:
+        return m.approval_policy(setting, reason=REASON, unattended="the packet API's callers")
+    except ValueError as exc:
+        raise ValueError(f"tool_approval: {exc}") from None
 
 
 class PacketConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -449,7 +449,7 @@ def test_tool_approval_approve_runs_the_tool(tmp_path: Path, loop: str) -> None:
 
 
 def test_tool_approval_must_not_ask(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="cannot ask its caller"):
+    with pytest.raises(ValueError, match="cannot be asked"):
         make_server(tmp_path, "asyncio", tool_approval="ask")
-    with pytest.raises(ValueError, match="cannot ask its caller"):
+    with pytest.raises(ValueError, match="cannot be asked"):
         make_server(tmp_path, "asyncio", tool_approval=m.ApprovalPolicy(mode="reject", turn_limit="ask"))

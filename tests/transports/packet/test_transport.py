@@ -42,7 +42,7 @@ def test_tool_approval_is_a_policy_that_never_asks() -> None:
     config = load_config(PacketTransport, {"tool_approval": table})
     assert approval_policy(config.tool_approval) == m.ApprovalPolicy(mode="reject", allow_tools=("write_file",), reason=REASON)
     for asking in ("ask", {"mode": "approve", "turn_limit": "ask"}):
-        with pytest.raises(ValueError, match=r"\[transports.packet\]: tool_approval: the packet API cannot ask its caller"):
+        with pytest.raises(ValueError, match=r"\[transports.packet\]: tool_approval: the packet API's callers cannot be asked"):
             load_config(PacketTransport, {"tool_approval": asking})
 
 
