@@ -19,7 +19,7 @@ import msgspec
 
 from kernel import Kernel, Settings, SQLiteStore
 from plugins.manager import BUILTIN_PLUGINS, Registry, load_plugins
-from transports.base import load_config
+from transports.base import config_type, load_config
 
 log = logging.getLogger("gateway")
 
@@ -65,7 +65,7 @@ def transport_configs(settings: Settings, registry: Registry, names: Iterable[st
             known = ", ".join(sorted(registry.transports)) or "none"
             raise StartupError(f"unknown transport {name!r} (installed: {known})")
         data = dict(settings.transports.get(section_name(name), {}))
-        fields = {f.name for f in msgspec.structs.fields(cls.Config)}
+        fields = {f.name for f in msgspec.structs.fields(config_type(cls))}
         data.update({k: v for k, v in overrides.items() if k in fields})
         try:
             configs[name] = load_config(cls, data)

@@ -12,6 +12,7 @@ import anyio
 import msgspec
 
 from kernel import KernelError, Settings, gateway_version, load_settings, mask_secrets
+from transports.base import config_type
 
 from . import app
 
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 def _transports() -> int:
     registry = app.load_registry()
     for name, cls in sorted(registry.transports.items()):
-        defaults = msgspec.to_builtins(cls.Config())
+        defaults = msgspec.to_builtins(config_type(cls)())
         print(f"{name}\t{getattr(cls, 'description', '')}")
         print(f"\t[transports.{app.section_name(name)}] {json.dumps(mask_secrets(defaults))}")
     _report_problems(registry)

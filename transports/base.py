@@ -14,7 +14,7 @@ gateway's (it decodes ``[transports.NAME]`` and names the section in errors).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import anyio
 import msgspec
@@ -25,16 +25,29 @@ from kernel import Kernel
 
 @runtime_checkable
 class Transport(Protocol):
-    name: ClassVar[str]
-    description: ClassVar[str]
-    Config: ClassVar[type[msgspec.Struct]]
+    """Read-only members, so that plain class attributes (``name = "stdio"``,
+    ``Config = StdioConfig``) provide them; :func:`config_type` reads ``Config`` off the class."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def Config(self) -> type[msgspec.Struct]: ...
 
     async def serve(self, kernel: Kernel, config: Any, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED) -> None: ...
+
+
+def config_type(transport: type[Transport] | Transport) -> type[msgspec.Struct]:
+    """A transport's ``Config`` struct (a class attribute: the protocol declares it read-only)."""
+    return cast("type[msgspec.Struct]", transport.Config)  # on the class it is the attribute itself
 
 
 def load_config(transport: type[Transport] | Transport, data: dict[str, Any] | None) -> msgspec.Struct:
     """Decode a transport's config section, naming the transport in the error."""
     try:
-        return msgspec.convert(data or {}, transport.Config, str_keys=True)
+        return msgspec.convert(data or {}, config_type(transport), str_keys=True)
     except msgspec.ValidationError as exc:
         raise ValueError(f"[transports.{transport.name}]: {exc}") from None

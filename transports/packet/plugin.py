@@ -1,13 +1,10 @@
 """Registers the packet transport (a built-in, registered like any plugin)."""
 
-from collections.abc import Callable
-from typing import Any
-
-from plugins.hookspecs import hookimpl
+from plugins.hookspecs import RegisterTransport, hookimpl
 
 from .server import PacketTransport
 
 
 @hookimpl
-def gateway_register_transports(register: Callable[[str, Any], None]) -> None:
+def gateway_register_transports(register: RegisterTransport) -> None:
     register(PacketTransport.name, PacketTransport)

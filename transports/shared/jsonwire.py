@@ -33,7 +33,8 @@ class JsonDecoder(Generic[T]):
 
     def decode(self, data: bytes | bytearray | memoryview | str) -> T:
         try:
-            return self._decode(data)  # type: ignore[no-any-return]
+            value: T = self._decode(data)
+            return value
         except RecursionError:
             raise msgspec.DecodeError(TOO_DEEP) from None
 

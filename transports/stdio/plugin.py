@@ -1,13 +1,10 @@
 """Registers the stdio transport (a built-in, registered like any plugin)."""
 
-from collections.abc import Callable
-from typing import Any
-
-from plugins.hookspecs import hookimpl
+from plugins.hookspecs import RegisterTransport, hookimpl
 
 from .server import StdioTransport
 
 
 @hookimpl
-def gateway_register_transports(register: Callable[[str, Any], None]) -> None:
+def gateway_register_transports(register: RegisterTransport) -> None:
     register(StdioTransport.name, StdioTransport)
