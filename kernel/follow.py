@@ -59,17 +59,24 @@ RunCommand = Prompt | Regenerate | Continue
 
 
 class Follower:
-    def __init__(self, kernel: Kernel, session_id: str, subscription: Subscription, *, stop_on_loss: bool = False) -> None:
+    def __init__(
+        self, kernel: Kernel, session_id: str, subscription: Subscription, *, stop_on_loss: bool = False, client: str | None = None
+    ) -> None:
         self.kernel = kernel
         self.session_id = session_id
         self.stop_on_loss = stop_on_loss
+        self.client = client
         self.closed = False
         self._sub = subscription
 
     @classmethod
-    async def open(cls, kernel: Kernel, session_id: str, after_seq: int | None = None, *, stop_on_loss: bool = False) -> Follower:
-        """Follow ``session_id`` from now, or after ``after_seq`` (KernelError when unknown)."""
-        return cls(kernel, session_id, await kernel.subscribe(session_id, after_seq), stop_on_loss=stop_on_loss)
+    async def open(
+        cls, kernel: Kernel, session_id: str, after_seq: int | None = None, *, stop_on_loss: bool = False, client: str | None = None
+    ) -> Follower:
+        """Follow ``session_id`` from now, or after ``after_seq`` (KernelError when unknown).
+        ``client``: the transport's name, shown in the session's info (``clients``)."""
+        subscription = await kernel.subscribe(session_id, after_seq, client=client)
+        return cls(kernel, session_id, subscription, stop_on_loss=stop_on_loss, client=client)
 
     @property
     def pending(self) -> int:
@@ -108,7 +115,7 @@ class Follower:
         """The retained events after the last one delivered, or ``[lagged]`` when they are gone."""
         self._sub.close()
         try:
-            self._sub = await self.kernel.subscribe(self.session_id, after_seq=lagged.last_seq)
+            self._sub = await self.kernel.subscribe(self.session_id, after_seq=lagged.last_seq, client=self.client)
             ready = self._sub.receive_nowait()
             if not (ready and isinstance(ready[0], SubscriberLagged)):
                 return ready
@@ -116,7 +123,7 @@ class Follower:
             if self.stop_on_loss:
                 self.closed = True
             else:
-                self._sub = await self.kernel.subscribe(self.session_id)
+                self._sub = await self.kernel.subscribe(self.session_id, client=self.client)
             return [ready[0]]
         except KernelError:  # the session is gone
             self.closed = True
@@ -145,7 +152,13 @@ class RunFollower:
 
     @classmethod
     async def start(
-        cls, kernel: Kernel, command: RunCommand, *, policy: ApprovalPolicy | None = None, stop_on_loss: bool = False
+        cls,
+        kernel: Kernel,
+        command: RunCommand,
+        *,
+        policy: ApprovalPolicy | None = None,
+        stop_on_loss: bool = False,
+        client: str | None = None,
     ) -> RunFollower:
         """Subscribe to the command's session (created for a prompt without one), then run it.
 
@@ -163,7 +176,7 @@ class RunFollower:
             assert isinstance(opened, SessionOpened)
             command = msgspec.structs.replace(command, session_id=opened.session.session_id)
         assert command.session_id is not None and command.request_id is not None
-        follower = await Follower.open(kernel, command.session_id, stop_on_loss=stop_on_loss)
+        follower = await Follower.open(kernel, command.session_id, stop_on_loss=stop_on_loss, client=client)
         try:
             accepted = await kernel.execute(command)
         except BaseException:

@@ -110,9 +110,11 @@ class EventHub:
             return None
         return [e for e in self._log if e.seq > seq]
 
-    def subscribe(self, after_seq: int | None = None, *, buffer_size: int | None = None) -> Subscription:
-        """Events from now on, or (with ``after_seq``) the retained ones after it first."""
+    def subscribe(self, after_seq: int | None = None, *, buffer_size: int | None = None, client: str | None = None) -> Subscription:
+        """Events from now on, or (with ``after_seq``) the retained ones after it first.
+        ``client`` names who subscribes (a transport), for the session's info."""
         sub = Subscription(self, buffer_size or self._buffer_size, self._buffer_bytes, self._grace_s)
+        sub.client = client
         if after_seq is not None:
             sub._delivered_seq = after_seq
             missed = self.since(after_seq)
@@ -144,6 +146,10 @@ class EventHub:
     def subscriber_count(self) -> int:
         return len(self._subscribers)
 
+    def clients(self) -> list[str]:
+        """The named subscribers, one entry per subscription."""
+        return [sub.client for sub in self._subscribers if sub.client is not None]
+
 
 class Subscription:
     """An async iterator of a session's events; use as ``async with`` to unsubscribe."""
@@ -162,6 +168,7 @@ class Subscription:
         self._overflow_since: float | None = None
         self._delivered_seq = 0
         self._closed = False
+        self.client: str | None = None
 
     @property
     def last_seq(self) -> int:

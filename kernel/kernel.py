@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -57,11 +58,14 @@ class Kernel:
         commands: Iterable[SlashCommand] = (),
         store: Store | None = None,
         shutdown_grace_s: float = 5.0,
+        tool_sources: Iterable[m.ToolSource] = (),
     ) -> None:
         self.settings = settings
         self.version = gateway_version()
         self.provider_factories = dict(providers)
         self.tools: dict[str, Tool] = {t.name: t for t in tools}
+        # Sources of tools for every session (configured MCP servers), asked at each model call.
+        self.tool_sources: tuple[m.ToolSource, ...] = tuple(tool_sources)
         self.commands: dict[str, SlashCommand] = {c.name: c for c in commands}
         self.store: Store = store if store is not None else SQLiteStore(settings.store.path)
         self.sessions: dict[str, Session] = {}
@@ -146,10 +150,19 @@ class Kernel:
             provider = self._providers[name] = factory(self.settings)
         return provider
 
-    def tools_for(self, agent: AgentSettings) -> dict[str, Tool]:
+    def all_tools(self, session: Session | None = None) -> dict[str, Tool]:
+        """The registered tools, those of the kernel's tool sources, and the session's own."""
+        found = dict(self.tools)
+        for source in (*self.tool_sources, *(session.tool_sources if session is not None else ())):
+            found.update((tool.name, tool) for tool in source.tools())
+        return found
+
+    def tools_for(self, agent: AgentSettings, session: Session | None = None) -> dict[str, Tool]:
+        tools = self.all_tools(session)
         if "*" in agent.tools:
-            return dict(self.tools)
-        return {name: self.tools[name] for name in agent.tools if name in self.tools}
+            return tools
+        wanted = set(agent.tools) | {t.name for s in (session.tool_sources if session is not None else ()) for t in s.tools()}
+        return {name: tool for name, tool in tools.items() if name in wanted}
 
     def agent_info(self, agent: AgentSettings) -> m.AgentInfo:
         provider = self.provider_name(agent)
@@ -225,6 +238,8 @@ class Kernel:
                 agent = self._agent_or_default(record.agent_id)
                 messages = await self.store.load_messages(record.session_id, self.settings.session.history_cap)
             session = Session(self, record.session_id, agent, label=record.label, created_at=record.created_at)
+            session.title = record.title
+            session.updated_at = record.updated_at or record.created_at
             session.context.extend(messages)
             return self._start(session)
 
@@ -259,9 +274,11 @@ class Kernel:
             log.warning("session agent %s is no longer configured; using the default agent", agent_id)
             return self.agent(None)
 
-    async def subscribe(self, session_id: str, after_seq: int | None = None, *, buffer_size: int | None = None) -> Subscription:
+    async def subscribe(
+        self, session_id: str, after_seq: int | None = None, *, buffer_size: int | None = None, client: str | None = None
+    ) -> Subscription:
         session = await self.session(session_id, create=False)
-        return session.hub.subscribe(after_seq, buffer_size=buffer_size)
+        return session.hub.subscribe(after_seq, buffer_size=buffer_size, client=client)
 
     # -------------------------------------------------------------- commands
 
@@ -363,6 +380,8 @@ class Kernel:
             session.model_override = cmd.model.strip() or None if cmd.model is not None else None
         if cmd.files is not msgspec.UNSET:
             session.files = cmd.files
+        if cmd.tool_sources is not msgspec.UNSET:
+            session.tool_sources = cmd.tool_sources
         return m.SessionOpened(request_id=cmd.request_id, session=session.info())
 
     async def _close_session(self, cmd: m.CloseSession) -> m.Reply:
@@ -396,7 +415,7 @@ class Kernel:
                 live.info()
                 if live
                 else m.SessionInfo(
-                    session_id=r.session_id, agent_id=r.agent_id, label=r.label, created_at=r.created_at,
+                    session_id=r.session_id, agent_id=r.agent_id, label=r.label, title=r.title, created_at=r.created_at,
                     updated_at=r.updated_at, message_count=r.message_count,
                 )
             )
@@ -412,6 +431,7 @@ class Kernel:
             sessions=len(self.sessions),
             active_runs=sum(1 for s in self.sessions.values() if s.active is not None),
             agents=len(self.settings.agents),
+            clients=dict(Counter(client for s in self.sessions.values() for client in s.hub.clients())),
         )
 
     def settings_view(self) -> dict[str, Any]:
@@ -461,7 +481,18 @@ class Kernel:
         return m.CommandList(request_id=cmd.request_id, commands=tuple(c.info() for c in self.commands.values()))
 
     async def _list_tools(self, cmd: m.ListTools) -> m.Reply:
-        return m.ToolList(request_id=cmd.request_id, tools=tuple(t.info() for t in self.tools.values()))
+        live = self.sessions.get(cmd.session_id) if cmd.session_id else None
+        return m.ToolList(request_id=cmd.request_id, tools=tuple(t.info() for t in self.all_tools(live).values()))
+
+    async def _list_models(self, cmd: m.ListModels) -> m.Reply:
+        agent = self.agent(cmd.agent_id)
+        name = self.provider_name(agent)
+        provider = self.provider_for(agent)
+        configured = self.agent_info(agent).model
+        listing = getattr(provider, "list_models", None)
+        offered = list(await listing()) if listing is not None else []
+        ids = [configured, *(model for model in offered if model != configured)]
+        return m.ModelList(request_id=cmd.request_id, models=tuple(m.ModelInfo(id=model, provider=name) for model in ids))
 
 
 _HANDLERS: dict[type, Callable[[Kernel, Any], Awaitable[m.Reply]]] = {
@@ -489,4 +520,5 @@ _HANDLERS: dict[type, Callable[[Kernel, Any], Awaitable[m.Reply]]] = {
     m.GetSession: Kernel._get_session,
     m.ConfigureSession: Kernel._configure,
     m.CloseSession: Kernel._close_session,
+    m.ListModels: Kernel._list_models,
 }

@@ -9,6 +9,7 @@ wire as they are.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
@@ -302,6 +303,12 @@ class ListTools(_Command, frozen=True, tag="list_tools"):
     pass
 
 
+class ListModels(_Command, frozen=True, tag="list_models"):
+    """The models an agent's provider offers (its configured one first)."""
+
+    agent_id: str | None = None
+
+
 class ListSessions(_Command, frozen=True, tag="list_sessions"):
     agent_id: str | None = None
 
@@ -332,17 +339,30 @@ class FileAccess(Protocol):
     async def write_text(self, path: str, content: str) -> None: ...
 
 
+@runtime_checkable
+class ToolSource(Protocol):
+    """More tools for a session besides its agent's (an editor's terminal, MCP servers).
+
+    Asked at every model call, so a source whose tools change (an MCP server's
+    ``listChanged``) is seen at once. The items are :class:`kernel.Tool` objects.
+    """
+
+    def tools(self) -> Sequence[Any]: ...
+
+
 class ConfigureSession(_Command, frozen=True, tag="configure_session"):
     """Per-session overrides; a field left out is not changed, ``null`` resets it.
 
-    ``files`` is for in-process transports only (an object, never on a wire): where
-    the session's file tools read and write (ACP: the editor's buffers).
+    ``files`` and ``tool_sources`` are for in-process transports only (objects, never on a
+    wire): where the session's file tools read and write (ACP: the editor's buffers), and
+    where its extra tools come from.
     """
 
     max_turns: int | UnsetType | None = UNSET
     approval_timeout_s: float | UnsetType | None = UNSET
     model: str | UnsetType | None = UNSET
     files: FileAccess | UnsetType | None = UNSET
+    tool_sources: tuple[ToolSource, ...] | UnsetType = UNSET
 
 
 class CloseSession(_Command, frozen=True, tag="close_session"):
@@ -410,6 +430,7 @@ Command = (
     | GetSession
     | ConfigureSession
     | CloseSession
+    | ListModels
 )
 
 # ---------------------------------------------------------------- events
@@ -579,6 +600,8 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str
     agent_id: str
     label: str | None = None
+    # The first prompt, shortened: what a session list shows.
+    title: str | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
     message_count: int = 0
@@ -593,6 +616,7 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     queued_requests: tuple[str, ...] = ()  # the client's ids of the runs among them
     pending_call_id: str | None = None  # the tool call waiting for approval
     subscribers: int = 0
+    clients: tuple[str, ...] = ()  # who follows it: the transports' names, one each
     model: str = ""  # the model the session's next run uses
     max_turns: int = 0  # its turn limit (0: none)
 
@@ -633,6 +657,15 @@ class SessionOpened(_Reply, frozen=True, tag="session"):
     session: SessionInfo
 
 
+class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    provider: str
+
+
+class ModelList(_Reply, frozen=True, tag="models"):
+    models: tuple[ModelInfo, ...]
+
+
 class CommandOutput(_Reply, frozen=True, tag="command_output"):
     name: str
     output: str
@@ -652,6 +685,8 @@ class StatusReport(_Reply, frozen=True, tag="status"):
     sessions: int
     active_runs: int
     agents: int
+    # Subscriptions to live sessions, by the name of the transport that holds them.
+    clients: dict[str, int] = {}
 
 
 class SettingsView(_Reply, frozen=True, tag="settings"):
@@ -677,6 +712,7 @@ Reply = (
     | ToolList
     | SessionList
     | SessionOpened
+    | ModelList
     | CommandOutput
     | ToolOutput
     | StatusReport

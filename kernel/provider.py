@@ -99,3 +99,6 @@ class Provider(Protocol):
     def stream(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]: ...
 
     async def aclose(self) -> None: ...
+
+    # Optional: ``async def list_models(self) -> list[str]``, the models the backend offers
+    # (``ListModels``); a provider without it offers its configured model only.

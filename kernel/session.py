@@ -19,7 +19,7 @@ import msgspec
 
 from .hub import EventHub
 from .jobs import ActiveRun, HistoryJob, Job, RunJob
-from .model import ContextCleared, Event, FileAccess, KernelError, Message, SessionInfo, Usage
+from .model import ContextCleared, Event, FileAccess, KernelError, Message, SessionInfo, ToolSource, Usage, parts_text
 from .run import execute_run
 from .settings import AgentSettings
 from .state import Answer, QuestionKind, SessionMachine
@@ -28,6 +28,17 @@ if TYPE_CHECKING:
     from .kernel import Kernel
 
 log = logging.getLogger("gateway.kernel")
+
+
+TITLE_CHARS = 60
+
+
+def title_of(message: Message) -> str | None:
+    """A session's title from its first prompt: one line, at most ``TITLE_CHARS`` long."""
+    text = " ".join((message.content or parts_text(message.parts)).split())
+    if not text:
+        return None
+    return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1].rstrip() + "…"
 
 
 class Session:
@@ -52,6 +63,8 @@ class Session:
         self.approval_timeout_s: float | None = None
         self.model_override: str | None = None
         self.files: FileAccess | None = None
+        self.tool_sources: tuple[ToolSource, ...] = ()
+        self.title: str | None = None
         # Answers the client asked to remember ("always"), by tool name.
         self.remembered: dict[str, bool] = {}
         self.machine = SessionMachine()
@@ -83,6 +96,7 @@ class Session:
             session_id=self.id,
             agent_id=self.agent.agent_id(),
             label=self.label,
+            title=self.title,
             created_at=self.created_at,
             updated_at=self.updated_at,
             message_count=len(self.context),
@@ -95,6 +109,7 @@ class Session:
             queued_requests=tuple(j.request_id for j in self._inbox if isinstance(j, RunJob) and j.request_id is not None),
             pending_call_id=self.machine.pending_key,
             subscribers=self.hub.subscriber_count,
+            clients=tuple(sorted(set(self.hub.clients()))),
             model=self.model,
             max_turns=self.turn_limit,
         )
@@ -271,6 +286,10 @@ class Session:
         stamped = [m if m.created_at else msgspec.structs.replace(m, created_at=now) for m in messages]
         self.context.extend(stamped)
         self.updated_at = now
+        if self.title is None:
+            self.title = next((title_of(m) for m in stamped if m.role == "user"), None)
+            if self.title is not None and not self.ephemeral:
+                await self.kernel.store.set_title(self.id, self.title)
         cap = self.kernel.settings.session.history_cap
         if len(self.context) > cap:
             del self.context[: len(self.context) - cap]

@@ -22,7 +22,7 @@ from .model import Message, ToolOutcome
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -30,7 +30,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     agent_id   TEXT NOT NULL,
     label      TEXT,
     created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    title      TEXT
 );
 CREATE TABLE IF NOT EXISTS messages (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -50,6 +51,7 @@ class SessionRecord(msgspec.Struct, kw_only=True):
     session_id: str
     agent_id: str
     label: str | None = None
+    title: str | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
     message_count: int = 0
@@ -64,6 +66,7 @@ class Store(Protocol):
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
     async def list_sessions(self, agent_id: str | None = None) -> list[SessionRecord]: ...
     async def delete_session(self, session_id: str) -> None: ...
+    async def set_title(self, session_id: str, title: str) -> None: ...
     async def append_messages(self, session_id: str, messages: Sequence[Message], cap: int) -> None: ...
     async def load_messages(self, session_id: str, limit: int | None = None) -> list[Message]: ...
     async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None: ...
@@ -89,6 +92,8 @@ class SQLiteStore:
     @staticmethod
     def _migrate(conn: sqlite3.Connection, version: int) -> None:
         """Bring an older store up to ``SCHEMA_VERSION``, in one transaction."""
+        if version < 3:  # v3: sessions have a title (their first prompt, shortened)
+            conn.execute("ALTER TABLE sessions ADD COLUMN title TEXT")
         if version < 2:  # v2: tool messages say how the call ended (``Message.outcome``)
             with conn:
                 rows = conn.execute("SELECT id, body FROM messages").fetchall()
@@ -145,6 +150,9 @@ class SQLiteStore:
         if agent_id is None:
             return await self.call(lambda c: _select_sessions(c, "", ()))
         return await self.call(lambda c: _select_sessions(c, "WHERE s.agent_id=?", (agent_id,)))
+
+    async def set_title(self, session_id: str, title: str) -> None:
+        await self.call(lambda c: c.execute("UPDATE sessions SET title=? WHERE session_id=?", (title, session_id)))
 
     async def delete_session(self, session_id: str) -> None:
         def run(conn: sqlite3.Connection) -> None:
@@ -226,11 +234,11 @@ _V1_PREFIXES: tuple[tuple[str, ToolOutcome], ...] = (
 def _select_sessions(conn: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> list[SessionRecord]:
     rows = conn.execute(
         "SELECT s.session_id, s.agent_id, s.label, s.created_at, s.updated_at,"
-        " (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.session_id)"
+        " (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.session_id), s.title"
         f" FROM sessions s {where} ORDER BY s.created_at",
         args,
     ).fetchall()
     return [
-        SessionRecord(session_id=r[0], agent_id=r[1], label=r[2], created_at=r[3], updated_at=r[4], message_count=r[5])
+        SessionRecord(session_id=r[0], agent_id=r[1], label=r[2], created_at=r[3], updated_at=r[4], message_count=r[5], title=r[6])
         for r in rows
     ]

@@ -76,7 +76,7 @@ class ToolRunner:
         self.ids = ids
         self.policy = policy
         options = run.job.options
-        self.tools = session.kernel.tools_for(session.agent) if options.use_tools else {}
+        self.tools = session.kernel.tools_for(session.agent, session) if options.use_tools else {}
         # The client's own tools shadow the agent's tools of the same name.
         self.client_tools = {t.name: t for t in options.client_tools}
         self.limiter = ToolLimiter(session.kernel.settings.tools.limits)

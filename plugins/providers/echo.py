@@ -71,6 +71,9 @@ class EchoProvider:
         yield UsageChunk(Usage(input_tokens=prompt_tokens, output_tokens=_tokens(reply)))
         yield FinishChunk("stop")
 
+    async def list_models(self) -> list[str]:
+        return ["echo"]
+
     async def aclose(self) -> None:
         return None
 

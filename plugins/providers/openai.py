@@ -286,6 +286,14 @@ class OpenAIProvider:
             )
         yield FinishChunk(finish)
 
+    async def list_models(self) -> list[str]:
+        """The upstream's models (``GET /models``); an upstream without that route offers none."""
+        try:
+            page = await self._client.models.list()
+        except openai.OpenAIError as exc:
+            raise self._error(exc) from exc
+        return [model.id async for model in page]
+
     async def aclose(self) -> None:
         await self._client.close()
 

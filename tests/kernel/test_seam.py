@@ -337,3 +337,86 @@ def m_chunk(text: str) -> Any:
     from kernel import ReasoningChunk
 
     return ReasoningChunk(text)
+
+
+# ------------------------------------------------------------------ what clients list and show
+
+
+class _Source:
+    def __init__(self, *tools: Tool) -> None:
+        self.offered = list(tools)
+
+    def tools(self) -> list[Tool]:
+        return self.offered
+
+
+async def test_tool_sources_add_tools_to_a_session_and_to_every_session() -> None:
+    session_tool = Tool(name="editor__terminal", description="runs a command", parameters={"type": "object"}, handler=_ok)
+    global_tool = Tool(name="mcp__echo", description="echoes", parameters={"type": "object"}, handler=_ok)
+    provider = ScriptedProvider([tool_turn("editor__terminal", "{}"), text_turn("after")])
+    async with running_kernel(provider) as kernel:
+        kernel.tool_sources = (_Source(global_tool),)
+        await kernel.execute(m.OpenSession(session_id="s"))
+        await kernel.execute(m.ConfigureSession(session_id="s", tool_sources=(_Source(session_tool),)))
+        async with await RunFollower.start(kernel, prompt("go")) as run:
+            events: list[m.Event] = []
+            while run.end is None:
+                events += await run.next_batch()
+        offered = {spec.name for spec in provider.requests[0].tools}
+        assert {"editor__terminal", "mcp__echo"} <= offered
+        assert next(e for e in events if isinstance(e, m.ToolResult)).result == "done"
+        listed = await kernel.execute(m.ListTools(session_id="s"))
+        assert isinstance(listed, m.ToolList) and {"editor__terminal", "mcp__echo"} <= {t.name for t in listed.tools}
+        other = await kernel.execute(m.ListTools())
+        assert isinstance(other, m.ToolList) and "mcp__echo" in {t.name for t in other.tools}
+        assert "editor__terminal" not in {t.name for t in other.tools}
+
+
+async def test_a_session_is_titled_by_its_first_prompt_and_listed_with_it(tmp_path: Any) -> None:
+    long = "Please summarise   the quarterly report\nand list every risk it mentions in detail, with owners"
+    db = tmp_path / "g.db"
+    async with running_kernel(ScriptedProvider([text_turn("ok")]), db_path=db) as kernel:
+        async with await RunFollower.start(kernel, prompt(long)) as run:
+            await run.wait()
+        info = await kernel.execute(m.GetSession(session_id="s"))
+        assert isinstance(info, m.SessionOpened) and info.session.title is not None
+        assert info.session.title.startswith("Please summarise the quarterly report and list") and info.session.title.endswith("…")
+        assert len(info.session.title) <= 60
+        title = info.session.title
+    async with running_kernel(ScriptedProvider([text_turn("ok")]), db_path=db) as kernel:
+        listing = await kernel.execute(m.ListSessions())
+        assert isinstance(listing, m.SessionList) and [s.title for s in listing.sessions] == [title]
+        loaded = await kernel.execute(m.GetSession(session_id="s"))
+        assert isinstance(loaded, m.SessionOpened) and loaded.session.title == title
+
+
+async def test_who_follows_a_session_is_in_its_info_and_the_status() -> None:
+    from kernel import Follower
+
+    async with running_kernel() as kernel:
+        await kernel.execute(m.OpenSession(session_id="s"))
+        a = await Follower.open(kernel, "s", client="openfang")
+        b = await Follower.open(kernel, "s", client="http")
+        c = await Follower.open(kernel, "s", client="http")
+        info = await kernel.execute(m.GetSession(session_id="s"))
+        assert isinstance(info, m.SessionOpened) and info.session.clients == ("http", "openfang") and info.session.subscribers == 3
+        status = await kernel.execute(m.GetStatus())
+        assert isinstance(status, m.StatusReport) and status.clients == {"openfang": 1, "http": 2}
+        for follower in (a, b, c):
+            follower.close()
+        info = await kernel.execute(m.GetSession(session_id="s"))
+        assert isinstance(info, m.SessionOpened) and info.session.clients == ()
+
+
+async def test_models_are_listed_configured_first() -> None:
+    class Listing(ScriptedProvider):
+        async def list_models(self) -> list[str]:
+            return ["other-1", "scripted-1", "other-2"]
+
+    async with running_kernel(ScriptedProvider()) as kernel:
+        plain = await kernel.execute(m.ListModels())
+        assert isinstance(plain, m.ModelList) and [x.id for x in plain.models] == ["scripted-1"]
+    async with running_kernel(Listing()) as kernel:
+        listed = await kernel.execute(m.ListModels())
+        assert isinstance(listed, m.ModelList) and [x.id for x in listed.models] == ["scripted-1", "other-1", "other-2"]
+        assert {x.provider for x in listed.models} == {"scripted"}

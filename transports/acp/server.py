@@ -317,7 +317,7 @@ class AcpConnection:
         if state is not None:
             state.cwd = state.stream.cwd = cwd
         else:
-            follower = await Follower.open(self.kernel, session_id)
+            follower = await Follower.open(self.kernel, session_id, client="acp")
             state = self.sessions[session_id] = SessionState(session_id, cwd, self.config.default_mode, self.config.context_window_tokens)
             self._spawn(self.forward, state, follower)
         fs = self.capabilities.fs

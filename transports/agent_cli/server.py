@@ -100,7 +100,7 @@ class _Connection:
         self.commands = anyio.Semaphore(MAX_CONCURRENT_COMMANDS)
 
     async def run(self) -> None:
-        follower = await Follower.open(self.kernel, self.session_id)
+        follower = await Follower.open(self.kernel, self.session_id, client="agent-cli")
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self.write_events, follower)

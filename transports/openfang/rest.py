@@ -132,7 +132,7 @@ class OpenFangRest:
         assert prompt.agent_id is not None and prompt.session_id is not None
         self.sessions.touch(prompt.agent_id, prompt.session_id)
         try:
-            return await RunFollower.start(self.kernel, prompt, policy=self.policy)
+            return await RunFollower.start(self.kernel, prompt, policy=self.policy, client="openfang")
         except m.KernelError as exc:
             raise _refused(exc) from None
 

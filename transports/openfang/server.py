@@ -182,7 +182,7 @@ class AgentSocket:
     async def _follow(self, session_id: str) -> None:
         """Subscribe to a session (once) before the first prompt goes to it."""
         assert self._tg is not None
-        follower = await Follower.open(self.kernel, session_id)
+        follower = await Follower.open(self.kernel, session_id, client="openfang")
         self.codec.follow(session_id)
         self._tg.start_soon(self._forward, follower)
 

@@ -102,7 +102,7 @@ class PacketBackend:
             if self.closing:
                 return codec.fail(codec.SHUT_DOWN)
             prompt = msgspec.structs.replace(prompt, agent_id=self.agent_id)
-            async with await RunFollower.start(self.kernel, prompt, policy=self.policy) as run:
+            async with await RunFollower.start(self.kernel, prompt, policy=self.policy, client="packet") as run:
                 collector = codec.RunCollector()
                 answer: Answer | None = None
                 try:

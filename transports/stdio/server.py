@@ -163,7 +163,7 @@ class _Connection:
         if session_id in self.followers:
             return
         try:
-            follower = await Follower.open(self.kernel, session_id, after_seq)
+            follower = await Follower.open(self.kernel, session_id, after_seq, client="stdio")
         except KernelError:
             return  # the command itself says what is wrong
         if session_id in self.followers:  # another command followed it meanwhile

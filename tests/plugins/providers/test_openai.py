@@ -387,3 +387,10 @@ async def test_fake_server_models_and_non_stream() -> None:
     assert first["usage"] == {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3}
     assert second["choices"][0]["finish_reason"] == "tool_calls"
     assert second["choices"][0]["message"]["tool_calls"][0]["id"] == "call_z"
+
+
+@pytest.mark.anyio
+async def test_list_models_asks_the_upstream() -> None:
+    async with fake_openai_server(models=("alpha", "beta")) as server:
+        async with provider_for(server) as provider:
+            assert await provider.list_models() == ["alpha", "beta"]

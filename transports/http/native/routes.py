@@ -224,7 +224,7 @@ class NativeApi:
         try:
             # A stream resumable by Last-Event-ID must not skip lost events: it ends at a gap.
             # A JSON answer needs only the run's end (which carries the whole text).
-            run = await RunFollower.start(self.kernel, command, stop_on_loss=not as_json)
+            run = await RunFollower.start(self.kernel, command, stop_on_loss=not as_json, client="http")
         except KernelError as exc:
             _refuse(codec.kernel_error(exc))
         async with run:
@@ -260,7 +260,7 @@ class NativeApi:
         run_id = request.query.get("run_id") or None
         try:
             # A hole in a stream resumable by Last-Event-ID would go unnoticed: end it instead.
-            follower = await Follower.open(self.kernel, session_id, after, stop_on_loss=True)
+            follower = await Follower.open(self.kernel, session_id, after, stop_on_loss=True, client="http")
         except KernelError as exc:
             _refuse(codec.kernel_error(exc))
         batches = follower.next_batch if run_id is None else _run_events(follower, RunWatch(None, run_id))

@@ -96,7 +96,7 @@ class OpenAIApi:
             if history is not None:
                 await self.kernel.execute(history)
             command = codec.run_command(plan, session_id, request_id)
-            async with await RunFollower.start(self.kernel, command, policy=self.policy) as run:
+            async with await RunFollower.start(self.kernel, command, policy=self.policy, client="http") as run:
                 yield run
         finally:
             with anyio.CancelScope(shield=True):

@@ -59,7 +59,7 @@ class _Connection:
         self.codec = LinechatCodec(session.session_id, m.approval_policy(self.config.tool_approval, reason="this linechat server does not allow it"))
         self.conn.farewell = lambda: self.codec.render(Failure("gateway shutting down", ends_response=False))
         # Following starts before any prompt can run, so no event is missed.
-        async with await Follower.open(self.kernel, session.session_id) as events, anyio.create_task_group() as tg:
+        async with await Follower.open(self.kernel, session.session_id, client="linechat") as events, anyio.create_task_group() as tg:
             tg.start_soon(self.write_events, events)
             await self.send(Greeting(session.session_id, self.kernel.agent(session.agent_id).name, session.model))
             while (line := await self.conn.receive()) is not None:
