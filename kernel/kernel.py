@@ -26,7 +26,7 @@ from .hub import Subscription
 from .jobs import HistoryJob
 from .provider import Provider
 from .session import Session
-from .settings import AgentSettings, Settings, drop_masked_secrets, mask_secrets, merge, to_data, validate
+from .settings import AgentSettings, Settings, check_depth, drop_masked_secrets, mask_secrets, merge, to_data, validate
 from .state import Answer
 from .store import SessionRecord, SQLiteStore, Store
 from .toolcalls import ToolExecution, invoke
@@ -449,6 +449,7 @@ class Kernel:
     async def update_settings(self, changes: dict[str, Any]) -> None:
         """Validate, apply and persist a partial update; providers are rebuilt lazily.
         Masked secrets sent back (``sk-…abcd``) leave the real ones as they are."""
+        check_depth(changes)
         changes = drop_masked_secrets(changes)
         new = validate(merge(to_data(self.settings), changes))
         self._overrides = merge(self._overrides, changes)

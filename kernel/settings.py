@@ -136,6 +136,21 @@ def mask_secrets(data: Any) -> Any:
     return data
 
 
+#: Settings are a few tables deep; a change nested deeper is refused before any recursion.
+MAX_SETTINGS_DEPTH = 16
+
+
+def check_depth(data: Any, limit: int = MAX_SETTINGS_DEPTH) -> None:
+    """``invalid_request`` for data nested deeper than ``limit`` (checked without recursing)."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > limit:
+                raise KernelError("invalid_request", f"invalid settings: nested too deeply (more than {limit} levels)")
+            stack.extend((item, depth + 1) for item in (value.values() if isinstance(value, dict) else value))
+
+
 def drop_masked_secrets(changes: Any) -> Any:
     """A settings patch without the secret values that are masks (``sk-…abcd``).
 
