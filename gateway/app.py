@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from kernel import Kernel, Settings, SQLiteStore
+from kernel import Kernel, Settings, SQLiteStore, Store
 from plugins.manager import BUILTIN_PLUGINS, Registry, load_plugins
 from transports.base import config_type, load_config
 
@@ -46,13 +46,26 @@ def section_name(transport_name: str) -> str:
     return transport_name.replace("-", "_")
 
 
+def build_store(path: str, registry: Registry) -> Store:
+    """``[store] path``: a URL whose scheme a store plugin registered (``postgresql://…``),
+    or a file path for the default SQLite store."""
+    scheme, sep, _ = path.partition("://")
+    if not sep:
+        return SQLiteStore(path)
+    factory = registry.stores.get(scheme.lower())
+    if factory is None:
+        known = ", ".join(sorted(registry.stores)) or "none"
+        raise StartupError(f"no store for {scheme}:// URLs is installed (installed: {known}); a plain path uses SQLite")
+    return factory(path)
+
+
 def build_kernel(settings: Settings, registry: Registry, **kwargs: Any) -> Kernel:
     return Kernel(
         settings,
         providers=registry.providers,
         tools=registry.tools.values(),
         commands=registry.commands.values(),
-        store=SQLiteStore(settings.store.path),
+        store=build_store(settings.store.path, registry),
         **kwargs,
     )
 

@@ -53,6 +53,7 @@ _EXPORTS: dict[str, str] = {
     "mask_secret": ".settings",
     "mask_secrets": ".settings",
     "SQLiteStore": ".store",
+    "SessionRecord": ".store",
     "Store": ".store",
     "Tool": ".tools",
     "ToolContext": ".tools",
@@ -96,6 +97,7 @@ if TYPE_CHECKING:
     from .settings import load_settings as load_settings
     from .settings import mask_secret as mask_secret
     from .settings import mask_secrets as mask_secrets
+    from .store import SessionRecord as SessionRecord
     from .store import SQLiteStore as SQLiteStore
     from .store import Store as Store
     from .tools import Tool as Tool

@@ -29,6 +29,10 @@ ErrorCode = Literal[
     "tool_error",
     "timeout",
     "internal",
+    # A shared service (the store's database, the cluster's Redis) cannot be reached.
+    "unavailable",
+    # The instance that ran a session died mid-run; another took the session over.
+    "owner_lost",
 ]
 
 

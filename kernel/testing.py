@@ -19,7 +19,7 @@ from .kernel import Kernel
 from .model import Usage
 from .provider import Chunk, FinishChunk, Provider, ProviderError, ProviderErrorCode, ProviderRequest, TextChunk, ToolCallChunk, UsageChunk
 from .settings import AgentSettings, Settings
-from .store import SQLiteStore
+from .store import SQLiteStore, Store
 from .tools import Tool
 
 
@@ -91,8 +91,10 @@ async def running_kernel(
     commands: Iterable[SlashCommand] = (),
     db_path: str | Path | None = None,
     agent: AgentSettings | None = None,
+    store: Store | None = None,
 ) -> AsyncIterator[Kernel]:
-    """A kernel on a temporary SQLite file whose provider is ``provider`` (scripted by default)."""
+    """A kernel on ``store`` — by default a SQLite file (``db_path``, or a temporary one) —
+    whose provider is ``provider`` (scripted by default)."""
     chosen: Provider = provider or ScriptedProvider()
     settings = settings or Settings()
     if agent is not None:
@@ -105,7 +107,7 @@ async def running_kernel(
             providers={"scripted": lambda _s: chosen},
             tools=tools,
             commands=commands,
-            store=SQLiteStore(path),
+            store=store if store is not None else SQLiteStore(path),
         )
         async with kernel:
             yield kernel

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .commands.builtin import BUILTIN_COMMANDS
-from .hookspecs import RegisterCommand, RegisterProvider, RegisterTool, hookimpl
+from .hookspecs import RegisterCommand, RegisterProvider, RegisterStore, RegisterTool, hookimpl
 from .tools.builtin import BUILTIN_TOOLS
 
 if TYPE_CHECKING:
-    from kernel import Provider, Settings
+    from kernel import Provider, Settings, Store
 
 
 def _openai_factory(settings: Settings) -> Provider:
@@ -37,3 +37,16 @@ def gateway_register_tools(register: RegisterTool) -> None:
 def gateway_register_commands(register: RegisterCommand) -> None:
     for command in BUILTIN_COMMANDS:
         register(command)
+
+
+def _postgres_store(url: str) -> Store:
+    """psycopg is imported only when a gateway is configured with a PostgreSQL URL."""
+    from .stores.postgres import PostgresStore
+
+    return PostgresStore(url)
+
+
+@hookimpl
+def gateway_register_stores(register: RegisterStore) -> None:
+    register("postgresql", _postgres_store)
+    register("postgres", _postgres_store)

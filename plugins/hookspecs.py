@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from kernel import ProviderFactory, SlashCommand, Tool
+    from kernel import ProviderFactory, SlashCommand, Store, Tool
     from transports.base import Transport
 
 PROJECT = "gateway"
@@ -25,6 +25,8 @@ RegisterTransport = Callable[[str, "type[Transport]"], None]
 RegisterProvider = Callable[[str, "ProviderFactory"], None]
 RegisterTool = Callable[["Tool"], None]
 RegisterCommand = Callable[["SlashCommand"], None]
+#: ``register(scheme, factory)``: ``factory(url) -> Store`` for ``[store] path = "scheme://…"``.
+RegisterStore = Callable[[str, Callable[[str], "Store"]], None]
 
 
 @hookspec
@@ -45,3 +47,8 @@ def gateway_register_tools(register: RegisterTool) -> None:
 @hookspec
 def gateway_register_commands(register: RegisterCommand) -> None:
     """Call ``register(command)`` with a :class:`kernel.SlashCommand`."""
+
+
+@hookspec
+def gateway_register_stores(register: RegisterStore) -> None:
+    """Call ``register(scheme, factory)`` for each store the plugin provides (``postgresql``)."""

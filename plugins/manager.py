@@ -20,7 +20,7 @@ import pluggy
 from . import hookspecs
 
 if TYPE_CHECKING:
-    from kernel import ProviderFactory, SlashCommand, Tool
+    from kernel import ProviderFactory, SlashCommand, Store, Tool
     from transports.base import Transport
 
 V = TypeVar("V")
@@ -44,6 +44,7 @@ class Registry:
         self.providers: dict[str, ProviderFactory] = {}
         self.tools: dict[str, Tool] = {}
         self.commands: dict[str, SlashCommand] = {}
+        self.stores: dict[str, Callable[[str], Store]] = {}
         self.origins: dict[tuple[str, str], str] = {}
         self.problems: list[PluginProblem] = []
         self.plugins: list[str] = []
@@ -119,16 +120,20 @@ def _registrars(registry: Registry, plugin: str) -> dict[str, Callable[..., None
     def command(value: SlashCommand) -> None:
         registry._add("command", registry.commands, getattr(value, "name", ""), value, plugin)
 
+    def store(scheme: str, factory: Callable[[str], Store]) -> None:
+        registry._add("store", registry.stores, scheme, factory, plugin)
+
     return {
         "gateway_register_transports": transport,
         "gateway_register_providers": provider,
         "gateway_register_tools": tool,
         "gateway_register_commands": command,
+        "gateway_register_stores": store,
     }
 
 
 def _collect(pm: pluggy.PluginManager, registry: Registry) -> None:
-    for hook_name in ("gateway_register_transports", "gateway_register_providers", "gateway_register_tools", "gateway_register_commands"):
+    for hook_name in _registrars(registry, "").keys():
         caller = getattr(pm.hook, hook_name)
         # get_hookimpls lists plugins in registration order: built-ins claim names first.
         for impl in caller.get_hookimpls():

@@ -1,30 +1,47 @@
-"""The SQLite store: restart, caps, concurrency, schema version."""
+"""The stores: restart, caps, concurrency, every method of the protocol — on SQLite and on
+PostgreSQL alike (a schema of each test's own) — then what is particular to each."""
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
 import pytest
 
+from kernel import Store
 from kernel import model as m
 from kernel.store import SCHEMA_VERSION, SessionRecord, SQLiteStore
 from kernel.testing import ScriptedProvider, running_kernel, text_turn
+from tests.services import postgres_schema
 
 from .helpers import run_events
 
 pytestmark = pytest.mark.anyio
 
+StoreFactory = Callable[[], Store]
 
-async def test_history_survives_a_restart(tmp_path: Path) -> None:
-    db = tmp_path / "g.db"
-    async with running_kernel(ScriptedProvider([text_turn("remembered")]), db_path=db) as kernel:
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
+    """A new store object on the same storage at each call (a restart reopens it)."""
+    if request.param == "sqlite":
+        yield lambda: SQLiteStore(tmp_path / "g.db")
+        return
+    from plugins.stores.postgres import PostgresStore
+
+    with postgres_schema() as url:
+        yield lambda: PostgresStore(url)
+
+
+async def test_history_survives_a_restart(make_store: StoreFactory) -> None:
+    async with running_kernel(ScriptedProvider([text_turn("remembered")]), store=make_store()) as kernel:
         sub = (await kernel.session("keep")).hub.subscribe()
         await kernel.execute(m.Prompt(session_id="keep", text="hello"))
         await run_events(sub)
     provider = ScriptedProvider([text_turn("again")])
-    async with running_kernel(provider, db_path=db) as kernel:
+    async with running_kernel(provider, store=make_store()) as kernel:
         history = await kernel.execute(m.GetHistory(session_id="keep"))
         assert [x.content for x in history.messages] == ["hello", "remembered"]  # type: ignore[union-attr]
         sub = await kernel.subscribe("keep")
@@ -35,8 +52,8 @@ async def test_history_survives_a_restart(tmp_path: Path) -> None:
         assert [s.session_id for s in sessions.sessions] == ["keep"]  # type: ignore[union-attr]
 
 
-async def test_concurrent_sessions_do_not_mix(tmp_path: Path) -> None:
-    async with running_kernel(ScriptedProvider([text_turn("ok")], delay_s=0.001), db_path=tmp_path / "g.db") as kernel:
+async def test_concurrent_sessions_do_not_mix(make_store: StoreFactory) -> None:
+    async with running_kernel(ScriptedProvider([text_turn("ok")], delay_s=0.001), store=make_store()) as kernel:
         async def converse(name: str) -> None:
             sub = (await kernel.session(name)).hub.subscribe()
             for i in range(3):
@@ -52,8 +69,8 @@ async def test_concurrent_sessions_do_not_mix(tmp_path: Path) -> None:
             assert users == [f"s{n}-{i}" for i in range(3)]
 
 
-async def test_history_cap_drops_the_oldest(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "cap.db")
+async def test_history_cap_drops_the_oldest(make_store: StoreFactory) -> None:
+    store = make_store()
     await store.open()
     try:
         await store.save_session(SessionRecord(session_id="s", agent_id="a"))
@@ -63,6 +80,40 @@ async def test_history_cap_drops_the_oldest(tmp_path: Path) -> None:
         assert [x.content for x in await store.load_messages("s", limit=2)] == ["10", "11"]
     finally:
         await store.close()
+
+
+async def test_every_method_of_the_protocol(make_store: StoreFactory) -> None:
+    store = make_store()
+    await store.open()
+    try:
+        assert await store.get_session("s") is None and await store.list_sessions() == []
+        await store.save_session(SessionRecord(session_id="s", agent_id="a", label="first", created_at=1.0))
+        await store.save_session(SessionRecord(session_id="t", agent_id="b", created_at=2.0))
+        await store.save_session(SessionRecord(session_id="s", agent_id="a", label="renamed", created_at=1.0))
+        await store.set_title("s", "a title")
+        message = m.Message(role="tool", content="x", tool_call_id="c", name="n", outcome="error", created_at=5.0)
+        await store.append_messages("s", [m.Message(role="user", content="hi"), message], cap=10)
+        record = await store.get_session("s")
+        assert record is not None and (record.label, record.title, record.message_count, record.agent_id) == ("renamed", "a title", 2, "a")
+        assert record.updated_at >= record.created_at
+        assert [r.session_id for r in await store.list_sessions()] == ["s", "t"]
+        assert [r.session_id for r in await store.list_sessions("b")] == ["t"]
+        assert (await store.load_messages("s"))[1] == message
+        await store.replace_messages("s", [m.Message(role="user", content="only")])
+        assert [x.content for x in await store.load_messages("s")] == ["only"]
+        await store.set_value("k", b"\x00binary")
+        await store.set_value("k", b"v2")
+        assert await store.get_value("k") == b"v2" and await store.get_value("missing") is None
+        await store.delete_session("s")
+        assert await store.get_session("s") is None and await store.load_messages("s") == []
+    finally:
+        await store.close()
+    reopened = make_store()
+    await reopened.open()
+    try:
+        assert [r.session_id for r in await reopened.list_sessions()] == ["t"] and await reopened.get_value("k") == b"v2"
+    finally:
+        await reopened.close()
 
 
 async def test_schema_version_and_wal(tmp_path: Path) -> None:
@@ -81,9 +132,9 @@ async def test_schema_version_and_wal(tmp_path: Path) -> None:
         await SQLiteStore(path).open()
 
 
-async def test_ephemeral_sessions_never_touch_the_store(tmp_path: Path) -> None:
+async def test_ephemeral_sessions_never_touch_the_store(make_store: StoreFactory) -> None:
     provider = ScriptedProvider([text_turn("answer")])
-    async with running_kernel(provider, db_path=tmp_path / "e.db") as kernel:
+    async with running_kernel(provider, store=make_store()) as kernel:
         session = await kernel.session(None, ephemeral=True)
         sub = session.hub.subscribe()
         await kernel.execute(m.SaveHistory(session_id=session.id, messages=(m.Message(role="user", content="before"),)))
@@ -131,3 +182,27 @@ async def test_a_v1_store_gets_tool_outcomes_once(tmp_path: Path) -> None:
     assert [(msg.content, msg.outcome) for msg in messages[:-1]] == list(texts.items())
     assert messages[-1].outcome is None  # only tool messages have one
     assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+
+
+async def test_postgresql_stopped_and_started_again(tmp_path: Path) -> None:
+    """Unreachable: every call fails with ``unavailable``, nothing half-written; back: it
+    reconnects by itself and what was committed before is there."""
+    from kernel import KernelError
+    from plugins.stores.postgres import PostgresStore
+    from tests.services import own_postgres
+
+    with own_postgres() as server:
+        store = PostgresStore(server.url + "?schema=outage", connect_timeout_s=2)
+        await store.open()
+        try:
+            await store.save_session(SessionRecord(session_id="s", agent_id="a"))
+            await store.append_messages("s", [m.Message(role="user", content="before")], cap=10)
+            await anyio.to_thread.run_sync(server.stop)
+            with pytest.raises(KernelError) as down:
+                await store.append_messages("s", [m.Message(role="user", content="during")], cap=10)
+            assert down.value.code == "unavailable" and "unreachable" in down.value.message
+            await anyio.to_thread.run_sync(server.start)
+            await store.append_messages("s", [m.Message(role="user", content="after")], cap=10)
+            assert [x.content for x in await store.load_messages("s")] == ["before", "after"]
+        finally:
+            await store.close()

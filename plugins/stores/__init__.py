@@ -1,0 +1,1 @@
+"""Stores behind the kernel's ``Store`` protocol, chosen by the URL scheme of ``[store] path``."""
