@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from kernel import Kernel, Settings, SQLiteStore, Store
+from kernel import Cluster, Kernel, Settings, SQLiteStore, Store
 from plugins.manager import BUILTIN_PLUGINS, Registry, load_plugins
 from transports.base import config_type, load_config
 
@@ -59,6 +59,19 @@ def build_store(path: str, registry: Registry) -> Store:
     return factory(path)
 
 
+def build_cluster(settings: Settings, registry: Registry) -> Cluster | None:
+    """``[cluster] redis_url`` (or ``GATEWAY_REDIS_URL``): the backend its scheme names."""
+    url = settings.cluster.redis_url
+    if not url:
+        return None
+    scheme = url.partition("://")[0].lower()
+    factory = registry.clusters.get(scheme)
+    if factory is None:
+        known = ", ".join(sorted(registry.clusters)) or "none"
+        raise StartupError(f"no cluster backend for {scheme}:// URLs is installed (installed: {known})")
+    return factory(url, settings.cluster)
+
+
 def build_kernel(settings: Settings, registry: Registry, **kwargs: Any) -> Kernel:
     return Kernel(
         settings,
@@ -66,6 +79,7 @@ def build_kernel(settings: Settings, registry: Registry, **kwargs: Any) -> Kerne
         tools=registry.tools.values(),
         commands=registry.commands.values(),
         store=build_store(settings.store.path, registry),
+        cluster=build_cluster(settings, registry),
         **kwargs,
     )
 

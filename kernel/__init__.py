@@ -46,6 +46,8 @@ _EXPORTS: dict[str, str] = {
     "ToolSpec": ".provider",
     "UsageChunk": ".provider",
     "AgentSettings": ".settings",
+    "ClusterSettings": ".settings",
+    "Cluster": ".cluster",
     "OpenAISettings": ".settings",
     "SECRET_KEYS": ".settings",
     "Settings": ".settings",
@@ -64,6 +66,7 @@ _EXPORTS: dict[str, str] = {
 __getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
+    from .cluster import Cluster as Cluster
     from .commands import CommandContext as CommandContext
     from .commands import SlashCommand as SlashCommand
     from .files import WorkspaceFiles as WorkspaceFiles
@@ -92,6 +95,7 @@ if TYPE_CHECKING:
     from .provider import UsageChunk as UsageChunk
     from .settings import SECRET_KEYS as SECRET_KEYS
     from .settings import AgentSettings as AgentSettings
+    from .settings import ClusterSettings as ClusterSettings
     from .settings import OpenAISettings as OpenAISettings
     from .settings import Settings as Settings
     from .settings import load_settings as load_settings

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Self
 import anyio
 import msgspec
 
+from .cluster import RemoteSubscription
 from .hub import Subscription
 from .model import (
     Accepted,
@@ -60,7 +61,13 @@ RunCommand = Prompt | Regenerate | Continue
 
 class Follower:
     def __init__(
-        self, kernel: Kernel, session_id: str, subscription: Subscription, *, stop_on_loss: bool = False, client: str | None = None
+        self,
+        kernel: Kernel,
+        session_id: str,
+        subscription: Subscription | RemoteSubscription,
+        *,
+        stop_on_loss: bool = False,
+        client: str | None = None,
     ) -> None:
         self.kernel = kernel
         self.session_id = session_id

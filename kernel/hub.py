@@ -63,12 +63,16 @@ class EventHub:
         self._buffer_bytes = buffer_bytes
         self._grace_s = grace_s
         self._closed = False
+        #: Where every event is copied too (a cluster's shared stream), if anywhere.
+        self.mirror: Callable[[Event], None] | None = None
 
     def publish(self, event: Event) -> Event:
         """Stamp the next ``seq`` on the event, retain it and offer it to every subscriber."""
         self.last_seq += 1
         stamped = msgspec.structs.replace(event, seq=self.last_seq)
         self._retain(stamped)
+        if self.mirror is not None:
+            self.mirror(stamped)
         for subscriber in tuple(self._subscribers):
             subscriber._offer(stamped)
         return stamped

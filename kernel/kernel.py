@@ -20,6 +20,7 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from . import model as m
+from .cluster import ROUTED, Cluster, RemoteSubscription, owner_lost
 from .commands import CommandContext, SlashCommand
 from .files import WorkspaceFiles
 from .hub import Subscription
@@ -35,6 +36,8 @@ from .tools import Tool, ToolContext
 log = logging.getLogger("gateway.kernel")
 
 ProviderFactory = Callable[[Settings], Provider]
+#: Events of a session read back when another instance's session is taken over.
+TAKEOVER_TAIL = 256
 SETTINGS_KEY = "settings.overrides"
 
 
@@ -59,6 +62,7 @@ class Kernel:
         store: Store | None = None,
         shutdown_grace_s: float = 5.0,
         tool_sources: Iterable[m.ToolSource] = (),
+        cluster: Cluster | None = None,
     ) -> None:
         self.settings = settings
         self.version = gateway_version()
@@ -66,6 +70,8 @@ class Kernel:
         self.tools: dict[str, Tool] = {t.name: t for t in tools}
         # Sources of tools for every session (configured MCP servers), asked at each model call.
         self.tool_sources: tuple[m.ToolSource, ...] = tuple(tool_sources)
+        # Other gateway instances sharing the sessions (None: this process is the gateway).
+        self.cluster = cluster
         self.commands: dict[str, SlashCommand] = {c.name: c for c in commands}
         self.store: Store = store if store is not None else SQLiteStore(settings.store.path)
         self.sessions: dict[str, Session] = {}
@@ -90,6 +96,8 @@ class Kernel:
                 log.warning("ignoring stored settings overrides: %s", exc.message)
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
+        if self.cluster is not None:
+            await self._task_group.start(self.cluster.run, self)
         return self
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
@@ -100,6 +108,8 @@ class Kernel:
             await self.wait_idle(self.shutdown_grace_s)
             for session in self.sessions.values():
                 session.close()
+            if self.cluster is not None:
+                await self.cluster.close()
         self._task_group.cancel_scope.cancel()
         try:
             result = await self._task_group.__aexit__(*exc_info)
@@ -241,7 +251,21 @@ class Kernel:
             session.title = record.title
             session.updated_at = record.updated_at or record.created_at
             session.context.extend(messages)
+            if self.cluster is not None:
+                await self._take_over(self.cluster, session)
             return self._start(session)
+
+    async def _take_over(self, cluster: Cluster, session: Session) -> None:
+        """A session loaded here in a cluster: this instance holds its lease, its seq goes on
+        from the shared stream, and a run a previous owner left in flight ends as ``owner_lost``."""
+        if await cluster.claim(session.id) is not None:
+            raise m.KernelError("unavailable", f"session {session.id} is run by another gateway instance")
+        tail = await cluster.tail(session.id, TAKEOVER_TAIL)
+        session.hub.last_seq = max(session.hub.last_seq, tail[-1].seq if tail else 0)
+        session.hub.mirror = cluster.publish
+        lost = owner_lost(tail)
+        if lost is not None:
+            await session.emit(lost)
 
     def _start(self, session: Session) -> Session:
         if session.id in self.sessions:
@@ -265,6 +289,8 @@ class Kernel:
         if self.sessions.get(session_id) is session:
             del self.sessions[session_id]
         session.close()
+        if self.cluster is not None and not session.ephemeral:
+            await self.cluster.release(session_id)
         return True
 
     def _agent_or_default(self, agent_id: str) -> AgentSettings:
@@ -276,14 +302,55 @@ class Kernel:
 
     async def subscribe(
         self, session_id: str, after_seq: int | None = None, *, buffer_size: int | None = None, client: str | None = None
-    ) -> Subscription:
+    ) -> Subscription | RemoteSubscription:
+        cluster = self.cluster
+        if cluster is not None and session_id not in self.sessions:
+            owner = await cluster.claim(session_id)
+            if owner is not None:
+                if after_seq is None:  # from now on: the stream's end
+                    tail = await cluster.tail(session_id, 1)
+                    after_seq = tail[-1].seq if tail else 0
+                return RemoteSubscription(self, cluster, session_id, after_seq, client)
         session = await self.session(session_id, create=False)
         return session.hub.subscribe(after_seq, buffer_size=buffer_size, client=client)
+
+    def lease_lost(self, session_id: str) -> None:
+        """Another instance owns the session now (our lease expired): stop running it here."""
+        session = self.sessions.pop(session_id, None)
+        if session is not None:
+            log.warning("lost the lease of session %s to another instance: unloading it", session_id)
+            session.interrupt(closing=True)
+            session.close()
 
     # -------------------------------------------------------------- commands
 
     async def execute(self, command: m.Command) -> m.Reply:
-        """Carry out one command. Failures raise :class:`KernelError` with a stable code."""
+        """Carry out one command. Failures raise :class:`KernelError` with a stable code.
+
+        In a cluster, a command about a session that another instance owns is carried
+        out there (its reply returned as if local); one whose owner is gone takes the
+        session over.
+        """
+        cluster = self.cluster
+        if cluster is not None and isinstance(command, ROUTED) and command.session_id is not None and command.session_id not in self.sessions:
+            owner = await cluster.claim(command.session_id)
+            if owner is not None:
+                return await self._forward(cluster, owner, command)
+        return await self.execute_forwarded(command)
+
+    async def _forward(self, cluster: Cluster, owner: str, command: m.Command) -> m.Reply:
+        if isinstance(command, m.ConfigureSession) and (command.files is not msgspec.UNSET or command.tool_sources is not msgspec.UNSET):
+            raise m.KernelError("invalid_request", f"session {command.session_id} runs on another gateway instance: it cannot take in-process objects")
+        try:
+            return await cluster.forward(owner, command)
+        except m.KernelError as exc:
+            if exc.code != "unavailable" or command.session_id is None or await cluster.claim(command.session_id) is not None:
+                raise
+            log.warning("instance %s did not answer for session %s and its lease expired: taking the session over", owner, command.session_id)
+            return await self.execute_forwarded(command)
+
+    async def execute_forwarded(self, command: m.Command) -> m.Reply:
+        """Carry out a command here (the cluster's callback for commands forwarded to us)."""
         handler = _HANDLERS.get(type(command))
         if handler is None:
             raise m.KernelError("invalid_request", f"unsupported command {type(command).__name__}")
@@ -403,6 +470,8 @@ class Kernel:
         if not loaded and await self.store.get_session(cmd.session_id) is None:
             raise m.KernelError("not_found", f"Session not found: {cmd.session_id}")
         await self.store.delete_session(cmd.session_id)
+        if self.cluster is not None:
+            self.cluster.ended(cmd.session_id)
         return m.Done(request_id=cmd.request_id, message="session deleted")
 
     async def _list_sessions(self, cmd: m.ListSessions) -> m.Reply:

@@ -7,6 +7,7 @@ two equal. Units are in the names (``_s`` seconds, ``_bytes``).
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 import uuid
 from pathlib import Path
@@ -92,6 +93,21 @@ class StoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     path: str = "~/.local/share/gateway/gateway.db"
 
 
+class ClusterSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Several gateway instances sharing sessions (docs/scaling.md); off without a URL."""
+
+    # redis://… (or GATEWAY_REDIS_URL): where leases, live events and forwarded commands go.
+    redis_url: str | None = None
+    # This instance's name in the cluster; unset: a new random one at each start.
+    instance_id: str | None = None
+    key_prefix: str = "gateway"
+    # An owner that stops renewing its lease for this long loses its sessions to the others.
+    lease_s: float = 5.0
+    forward_timeout_s: float = 30.0
+    # Events kept per session in the shared stream (for followers on other instances, and resume).
+    stream_retention: int = 10_000
+
+
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_level: str = "info"
     provider: ProviderSettings = msgspec.field(default_factory=ProviderSettings)
@@ -99,6 +115,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     session: SessionSettings = msgspec.field(default_factory=SessionSettings)
     tools: ToolSettings = msgspec.field(default_factory=ToolSettings)
     store: StoreSettings = msgspec.field(default_factory=StoreSettings)
+    cluster: ClusterSettings = msgspec.field(default_factory=ClusterSettings)
     # Each transport decodes its own section into its ``Config`` struct.
     transports: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
 
@@ -108,6 +125,7 @@ ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
     "OPENAI_BASE_URL": ("provider", "openai", "base_url"),
     "OPENAI_MODEL": ("provider", "openai", "model"),
     "GATEWAY_DB": ("store", "path"),
+    "GATEWAY_REDIS_URL": ("cluster", "redis_url"),
     "GATEWAY_ECHO_DELAY_S": ("provider", "echo", "delay_s"),
 }
 
@@ -124,8 +142,12 @@ def mask_secret(value: str | None) -> str | None:
     return f"{prefix}…{value[-4:]}"
 
 
+_URL_PASSWORD = re.compile(r"^([a-z][a-z0-9+.-]*://[^/@:]*:)([^/@]+)(@)", re.IGNORECASE)
+
+
 def mask_secrets(data: Any) -> Any:
-    """A copy of plain data with every secret-named field masked."""
+    """A copy of plain data with every secret-named field masked, and the password of
+    every URL (``postgresql://user:…@host``)."""
     if isinstance(data, dict):
         return {
             k: (mask_secret(v) if k in SECRET_KEYS and isinstance(v, str) else mask_secrets(v))
@@ -133,6 +155,8 @@ def mask_secrets(data: Any) -> Any:
         }
     if isinstance(data, list):
         return [mask_secrets(v) for v in data]
+    if isinstance(data, str) and "://" in data:
+        return _URL_PASSWORD.sub(r"\1…\3", data)
     return data
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .commands.builtin import BUILTIN_COMMANDS
-from .hookspecs import RegisterCommand, RegisterProvider, RegisterStore, RegisterTool, hookimpl
+from .hookspecs import RegisterCluster, RegisterCommand, RegisterProvider, RegisterStore, RegisterTool, hookimpl
 from .tools.builtin import BUILTIN_TOOLS
 
 if TYPE_CHECKING:
-    from kernel import Provider, Settings, Store
+    from kernel import Cluster, ClusterSettings, Provider, Settings, Store
 
 
 def _openai_factory(settings: Settings) -> Provider:
@@ -50,3 +50,23 @@ def _postgres_store(url: str) -> Store:
 def gateway_register_stores(register: RegisterStore) -> None:
     register("postgresql", _postgres_store)
     register("postgres", _postgres_store)
+
+
+def _redis_cluster(url: str, settings: ClusterSettings) -> Cluster:
+    """coredis is imported only when a gateway is configured with a Redis URL."""
+    from .cluster.redis import RedisCluster
+
+    return RedisCluster(
+        url,
+        instance_id=settings.instance_id,
+        key_prefix=settings.key_prefix,
+        lease_s=settings.lease_s,
+        forward_timeout_s=settings.forward_timeout_s,
+        stream_retention=settings.stream_retention,
+    )
+
+
+@hookimpl
+def gateway_register_clusters(register: RegisterCluster) -> None:
+    register("redis", _redis_cluster)
+    register("rediss", _redis_cluster)

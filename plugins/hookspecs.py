@@ -8,12 +8,12 @@ entry-point group and implements any of these with ``@hookimpl``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 if TYPE_CHECKING:
-    from kernel import ProviderFactory, SlashCommand, Store, Tool
+    from kernel import ClusterSettings, ProviderFactory, SlashCommand, Store, Tool
     from transports.base import Transport
 
 PROJECT = "gateway"
@@ -27,6 +27,8 @@ RegisterTool = Callable[["Tool"], None]
 RegisterCommand = Callable[["SlashCommand"], None]
 #: ``register(scheme, factory)``: ``factory(url) -> Store`` for ``[store] path = "scheme://…"``.
 RegisterStore = Callable[[str, Callable[[str], "Store"]], None]
+#: ``register(scheme, factory)``: ``factory(url, settings) -> Cluster`` for ``[cluster] redis_url``.
+RegisterCluster = Callable[[str, Callable[[str, "ClusterSettings"], Any]], None]
 
 
 @hookspec
@@ -52,3 +54,8 @@ def gateway_register_commands(register: RegisterCommand) -> None:
 @hookspec
 def gateway_register_stores(register: RegisterStore) -> None:
     """Call ``register(scheme, factory)`` for each store the plugin provides (``postgresql``)."""
+
+
+@hookspec
+def gateway_register_clusters(register: RegisterCluster) -> None:
+    """Call ``register(scheme, factory)`` for each cluster backend the plugin provides (``redis``)."""

@@ -20,7 +20,7 @@ import pluggy
 from . import hookspecs
 
 if TYPE_CHECKING:
-    from kernel import ProviderFactory, SlashCommand, Store, Tool
+    from kernel import Cluster, ClusterSettings, ProviderFactory, SlashCommand, Store, Tool
     from transports.base import Transport
 
 V = TypeVar("V")
@@ -45,6 +45,7 @@ class Registry:
         self.tools: dict[str, Tool] = {}
         self.commands: dict[str, SlashCommand] = {}
         self.stores: dict[str, Callable[[str], Store]] = {}
+        self.clusters: dict[str, Callable[[str, ClusterSettings], Cluster]] = {}
         self.origins: dict[tuple[str, str], str] = {}
         self.problems: list[PluginProblem] = []
         self.plugins: list[str] = []
@@ -123,12 +124,16 @@ def _registrars(registry: Registry, plugin: str) -> dict[str, Callable[..., None
     def store(scheme: str, factory: Callable[[str], Store]) -> None:
         registry._add("store", registry.stores, scheme, factory, plugin)
 
+    def cluster(scheme: str, factory: Callable[[str, ClusterSettings], Cluster]) -> None:
+        registry._add("cluster", registry.clusters, scheme, factory, plugin)
+
     return {
         "gateway_register_transports": transport,
         "gateway_register_providers": provider,
         "gateway_register_tools": tool,
         "gateway_register_commands": command,
         "gateway_register_stores": store,
+        "gateway_register_clusters": cluster,
     }
 
 

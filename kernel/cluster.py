@@ -1,0 +1,212 @@
+"""Several gateway instances as one: the kernel's side of sharing sessions.
+
+Off by default. With a :class:`Cluster` (the Redis implementation is a plugin), exactly one
+instance runs a session's actor at a time — the one holding its lease — and the others:
+
+* **forward** every command about that session to the owner and return its reply, so a
+  transport cannot tell a session owned elsewhere from a local one (the seam);
+* **follow** its events from the cluster's shared stream (:class:`RemoteSubscription`,
+  resumable after a ``seq`` on any instance, like a local subscription);
+* **take it over** when the owner is gone (its lease expired): the next command, or a
+  follower that noticed, claims the session and loads it from the shared store; a run that
+  was in flight ends for every follower with ``run_failed`` (``owner_lost``), and the
+  ``seq`` goes on from the stream's last one, never reused.
+
+The owner mirrors every event of its sessions into the stream; nothing here waits on the
+cluster on the hot path (publishing is batched by the cluster in the background).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Protocol
+
+import anyio
+from anyio.abc import TaskStatus
+
+from . import model as m
+from .model import ErrorInfo, Event, KernelError, RunFailed, RunStarted, SubscriberLagged
+
+if TYPE_CHECKING:
+    from .kernel import Kernel
+
+log = logging.getLogger("gateway.cluster")
+
+#: Commands about one session: carried out by the instance that owns it.
+ROUTED: tuple[type[m.Command], ...] = (
+    m.Prompt,
+    m.Regenerate,
+    m.Continue,
+    m.Interrupt,
+    m.ClearContext,
+    m.ResolveToolApproval,
+    m.ResolveTurnLimit,
+    m.ExecuteTool,
+    m.OpenSession,
+    m.GetSession,
+    m.ConfigureSession,
+    m.CloseSession,
+    m.DeleteSession,
+    m.GetHistory,
+    m.SaveHistory,
+    m.ClearHistory,
+)
+
+#: How long a remote follower waits for events before it checks that the owner is alive.
+OWNER_CHECK_S = 1.0
+
+
+class ClusterHost(Protocol):
+    """What the cluster calls back in its kernel."""
+
+    async def execute_forwarded(self, command: m.Command) -> m.Reply: ...
+
+    def lease_lost(self, session_id: str) -> None: ...
+
+
+class Cluster(Protocol):
+    instance_id: str
+
+    async def run(self, host: ClusterHost, *, task_status: TaskStatus[None]) -> None:
+        """Serve forwarded commands, renew leases and publish events until cancelled."""
+
+    async def close(self) -> None:
+        """The kernel is stopping (``run`` is cancelled next): flush, give the leases up."""
+
+    async def claim(self, session_id: str) -> str | None:
+        """Take the session's lease (or keep it): None when this instance owns it now,
+        else the owner's instance id."""
+
+    async def owner(self, session_id: str) -> str | None:
+        """The instance holding the session's lease, if any (nothing is claimed)."""
+
+    async def release(self, session_id: str) -> None:
+        """Give the lease up (the session was unloaded here)."""
+
+    async def forward(self, owner: str, command: m.Command) -> m.Reply:
+        """The owner's reply to ``command``; its KernelError is raised here."""
+
+    def publish(self, event: Event) -> None:
+        """Mirror an event of a session owned here into the shared stream (never blocks)."""
+
+    def ended(self, session_id: str) -> None:
+        """The session was deleted: its followers everywhere stop."""
+
+    async def read(self, session_id: str, after_seq: int, timeout_s: float) -> list[Event] | None:
+        """Events after ``after_seq`` (waiting up to ``timeout_s`` for the first); ``None``
+        once the session was deleted."""
+
+    async def tail(self, session_id: str, count: int) -> list[Event]:
+        """The stream's last ``count`` events, oldest first."""
+
+
+def owner_lost(tail: list[Event]) -> RunFailed | None:
+    """The ``run_failed`` that ends a run the dead owner left in flight (``None``: none was)."""
+    ended: set[str] = set()
+    for event in reversed(tail):
+        if isinstance(event, m.RunFinished | m.RunFailed):
+            ended.add(event.run_id)
+        elif isinstance(event, RunStarted) and event.run_id not in ended:
+            return RunFailed(
+                session_id=event.session_id,
+                run_id=event.run_id,
+                request_id=event.request_id,
+                error=ErrorInfo(code="owner_lost", message="the gateway instance running this session stopped; another took it over"),
+            )
+    return None
+
+
+class RemoteSubscription:
+    """A session's events from the cluster's stream, for a session owned by another instance.
+
+    It has what a :class:`~kernel.follow.Follower` uses of a local subscription. It reads on
+    demand (the shared stream is the buffer), reports a gap in the seqs as a final
+    ``subscriber_lagged`` event, and when the owner is gone it takes the session over
+    through its kernel, then goes on reading the events the new owner (this instance)
+    mirrors into the stream.
+    """
+
+    def __init__(self, kernel: Kernel, cluster: Cluster, session_id: str, after_seq: int, client: str | None) -> None:
+        self._kernel = kernel
+        self._cluster = cluster
+        self._session_id = session_id
+        self._buffer: deque[Event] = deque()
+        self._delivered_seq = after_seq
+        self._read_seq = after_seq
+        self._closed = False
+        self.client = client
+
+    @property
+    def last_seq(self) -> int:
+        return self._delivered_seq
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    def _take(self) -> Event:
+        event = self._buffer.popleft()
+        if not isinstance(event, SubscriberLagged):
+            self._delivered_seq = event.seq
+        return event
+
+    def receive_nowait(self) -> list[Event]:
+        out: list[Event] = []
+        while self._buffer:
+            out.append(self._take())
+        return out
+
+    def __aiter__(self) -> RemoteSubscription:
+        return self
+
+    async def __anext__(self) -> Event:
+        while not self._buffer:
+            if self._closed:
+                raise StopAsyncIteration
+            await self._fill()
+        return self._take()
+
+    async def _fill(self) -> None:
+        try:
+            events = await self._cluster.read(self._session_id, self._read_seq, OWNER_CHECK_S)
+        except KernelError as exc:
+            log.warning("following session %s: %s; retrying", self._session_id, exc.message)
+            await anyio.sleep(OWNER_CHECK_S)
+            return
+        if events is None:  # deleted
+            self._closed = True
+            return
+        if not events:
+            await self._take_over_if_orphaned()
+            return
+        if events[0].seq != self._read_seq + 1:
+            self._buffer.append(
+                SubscriberLagged(
+                    session_id=self._session_id,
+                    seq=events[0].seq,
+                    last_seq=self._read_seq,
+                    error=ErrorInfo(code="rate_limited", message=f"the events after seq {self._read_seq} are no longer retained"),
+                )
+            )
+            self._closed = True
+            return
+        self._buffer.extend(events)
+        self._read_seq = events[-1].seq
+
+    async def _take_over_if_orphaned(self) -> None:
+        try:
+            if await self._cluster.owner(self._session_id) is None:
+                log.info("session %s has no owner any more: taking it over", self._session_id)
+                await self._kernel.execute(m.GetSession(session_id=self._session_id))
+        except KernelError as exc:
+            log.warning("taking session %s over: %s", self._session_id, exc.message)
+
+    def close(self) -> None:
+        self._closed = True
+
+    async def __aenter__(self) -> RemoteSubscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,302 @@
+"""The kernel's cluster on Redis (coredis, which runs on asyncio and on trio).
+
+What is live lives here; what must last lives in the shared store (PostgreSQL):
+
+* ``PREFIX:owner:SESSION`` — the owner's instance id, with a lease (``PX``) the owner renews
+  every third of it; gone when the owner dies, so the next instance to need the session
+  takes it (``SET NX``). Renewal compares first (a Lua script), so an instance never extends
+  a lease it lost.
+* ``PREFIX:events:SESSION`` — a Redis Stream of the session's events, entry id ``SEQ-0``,
+  trimmed (approximately) to ``stream_retention`` entries: any instance's follower reads it
+  after a seq, live or to resume.
+* ``PREFIX:inbox:INSTANCE`` — a list of commands forwarded to that instance; each answer goes
+  to ``PREFIX:reply:ID`` (expiring), where the asking instance waits for it.
+* ``PREFIX:ended:SESSION`` — set for a while when a session was deleted: its followers stop.
+
+Events are published from a bounded outbox by one background task, in pipelined batches,
+so the owner's runs never wait on Redis. While Redis is unreachable, cross-instance
+commands fail with ``unavailable``, sessions owned here go on (nobody else can take them
+while nobody can reach Redis), events for remote followers are dropped (they see the gap),
+and everything resumes when Redis is back (the client reconnects; leases are re-claimed).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import deque
+from typing import Any
+
+import anyio
+import coredis
+import coredis.exceptions
+import msgspec
+from anyio.abc import TaskStatus
+from coredis.tokens import PureToken
+
+from kernel import model as m
+
+log = logging.getLogger("gateway.cluster")
+
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 2 or 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+_encode = msgspec.json.Encoder().encode
+_decode_event = msgspec.json.Decoder(m.Event).decode
+_REDIS_ERRORS = (coredis.exceptions.ConnectionError, coredis.exceptions.BusyLoadingError, TimeoutError, OSError)
+
+
+class Forwarded(msgspec.Struct, frozen=True):
+    id: str
+    command: m.Command
+
+
+class Answered(msgspec.Struct, frozen=True, omit_defaults=True):
+    reply: m.Reply | None = None
+    error: m.ErrorInfo | None = None
+
+
+_decode_forwarded = msgspec.json.Decoder(Forwarded).decode
+_decode_answered = msgspec.json.Decoder(Answered).decode
+
+
+class RedisCluster:
+    def __init__(
+        self,
+        url: str,
+        *,
+        instance_id: str | None = None,
+        key_prefix: str = "gateway",
+        lease_s: float = 5.0,
+        forward_timeout_s: float = 30.0,
+        stream_retention: int = 10_000,
+        outbox_limit: int = 100_000,
+    ) -> None:
+        self.instance_id = instance_id or uuid.uuid4().hex[:12]
+        self.url = url
+        self.prefix = key_prefix
+        self.lease_ms = max(int(lease_s * 1000), 100)
+        self.forward_timeout_s = forward_timeout_s
+        self.stream_retention = stream_retention
+        self._client: coredis.Redis[bytes] = coredis.Redis.from_url(url)
+        self._owned: set[str] = set()
+        self._outbox: deque[m.Event | _Ended] = deque(maxlen=outbox_limit)
+        self._wake = anyio.Event()
+        self._down = False
+
+    def __repr__(self) -> str:
+        return f"RedisCluster(instance={self.instance_id!r}, prefix={self.prefix!r})"
+
+    # -------------------------------------------------------------- keys
+
+    def _owner_key(self, session_id: str) -> str:
+        return f"{self.prefix}:owner:{session_id}"
+
+    def _events_key(self, session_id: str) -> str:
+        return f"{self.prefix}:events:{session_id}"
+
+    def _ended_key(self, session_id: str) -> str:
+        return f"{self.prefix}:ended:{session_id}"
+
+    def _inbox_key(self, instance: str) -> str:
+        return f"{self.prefix}:inbox:{instance}"
+
+    def _unavailable(self, exc: BaseException) -> m.KernelError:
+        return m.KernelError("unavailable", f"the cluster's Redis is unreachable: {type(exc).__name__}: {exc}")
+
+    def _report(self, exc: BaseException) -> None:
+        if not self._down:
+            self._down = True
+            log.error("cluster: Redis is unreachable (%s: %s); cross-instance work waits for it", type(exc).__name__, exc)
+
+    def _recovered(self) -> None:
+        if self._down:
+            self._down = False
+            log.info("cluster: Redis is reachable again")
+
+    # -------------------------------------------------------------- background
+
+    async def run(self, host: Any, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with self._client, anyio.create_task_group() as tg:
+            tg.start_soon(self._renew_leases, host)
+            tg.start_soon(self._serve_forwarded, host, tg)
+            tg.start_soon(self._publish_events)
+            task_status.started()
+
+    async def close(self) -> None:
+        """Leaving the cluster (the kernel is stopping, before ``run`` is cancelled): the last
+        events go out and this instance's leases are given up, so others take over at once."""
+        with anyio.move_on_after(2):
+            await self._flush()
+            for session_id in list(self._owned):
+                await self.release(session_id)
+
+    async def _renew_leases(self, host: Any) -> None:
+        while True:
+            await anyio.sleep(self.lease_ms / 3000)
+            for session_id in list(self._owned):
+                try:
+                    kept = await self._client.eval(_RENEW, keys=[self._owner_key(session_id)], args=[self.instance_id, self.lease_ms])
+                    self._recovered()
+                except _REDIS_ERRORS as exc:
+                    self._report(exc)
+                    break
+                if not kept:
+                    self._owned.discard(session_id)
+                    host.lease_lost(session_id)
+
+    async def _serve_forwarded(self, host: Any, tg: anyio.abc.TaskGroup) -> None:
+        inbox = self._inbox_key(self.instance_id)
+        while True:
+            try:
+                popped = await self._client.blpop([inbox], timeout=1)
+                self._recovered()
+            except _REDIS_ERRORS as exc:
+                self._report(exc)
+                await anyio.sleep(0.5)
+                continue
+            if popped:
+                tg.start_soon(self._answer, host, popped[1])
+
+    async def _answer(self, host: Any, payload: bytes) -> None:
+        try:
+            request = _decode_forwarded(payload)
+        except msgspec.MsgspecError as exc:
+            log.warning("cluster: dropped a malformed forwarded command: %s", exc)
+            return
+        try:
+            answer = Answered(reply=await host.execute_forwarded(request.command))
+        except m.KernelError as exc:
+            answer = Answered(error=exc.info())
+        except Exception as exc:
+            log.exception("cluster: forwarded %s failed", type(request.command).__name__)
+            answer = Answered(error=m.ErrorInfo(code="internal", message=f"{type(exc).__name__}: {exc}"))
+        key = f"{self.prefix}:reply:{request.id}"
+        try:
+            await self._client.lpush(key, [_encode(answer)])
+            await self._client.pexpire(key, 60_000)
+        except _REDIS_ERRORS as exc:
+            self._report(exc)
+
+    async def _publish_events(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            await self._flush()
+
+    async def _flush(self) -> None:
+        while self._outbox:
+            batch = [self._outbox.popleft() for _ in range(min(len(self._outbox), 512))]
+            try:
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for item in batch:
+                        if isinstance(item, _Ended):
+                            pipe.set(self._ended_key(item.session_id), b"1", px=60_000)
+                            pipe.delete([self._events_key(item.session_id)])
+                            continue
+                        pipe.xadd(
+                            self._events_key(item.session_id),
+                            {b"e": _encode(item)},
+                            identifier=f"{item.seq}-0",
+                            trim_strategy=PureToken.MAXLEN,
+                            trim_operator=PureToken.APPROXIMATELY,
+                            threshold=self.stream_retention,
+                        )
+                self._recovered()
+            except _REDIS_ERRORS as exc:
+                self._report(exc)  # remote followers will see the gap in the seqs
+                return
+            except coredis.exceptions.ResponseError as exc:
+                log.warning("cluster: events not published: %s", exc)
+
+    # -------------------------------------------------------------- ownership
+
+    async def claim(self, session_id: str) -> str | None:
+        key = self._owner_key(session_id)
+        try:
+            for _ in range(3):
+                if await self._client.set(key, self.instance_id, condition=PureToken.NX, px=self.lease_ms):
+                    self._owned.add(session_id)
+                    return None
+                current = await self._client.get(key)
+                if current is not None:
+                    owner = current.decode()
+                    if owner == self.instance_id:
+                        self._owned.add(session_id)
+                        return None
+                    return owner
+        except _REDIS_ERRORS as exc:
+            if session_id in self._owned:
+                return None  # ours already: keep running it while Redis is away
+            raise self._unavailable(exc) from None
+        raise m.KernelError("unavailable", f"the lease of session {session_id} keeps changing hands")
+
+    async def owner(self, session_id: str) -> str | None:
+        try:
+            current = await self._client.get(self._owner_key(session_id))
+        except _REDIS_ERRORS as exc:
+            raise self._unavailable(exc) from None
+        return current.decode() if current is not None else None
+
+    async def release(self, session_id: str) -> None:
+        self._owned.discard(session_id)
+        try:
+            await self._client.eval(_RELEASE, keys=[self._owner_key(session_id)], args=[self.instance_id])
+        except _REDIS_ERRORS as exc:
+            self._report(exc)
+
+    # -------------------------------------------------------------- commands
+
+    async def forward(self, owner: str, command: m.Command) -> m.Reply:
+        request = Forwarded(id=uuid.uuid4().hex, command=command)
+        try:
+            await self._client.lpush(self._inbox_key(owner), [_encode(request)])
+            popped = await self._client.blpop([f"{self.prefix}:reply:{request.id}"], timeout=self.forward_timeout_s)
+        except _REDIS_ERRORS as exc:
+            raise self._unavailable(exc) from None
+        if not popped:
+            raise m.KernelError("unavailable", f"gateway instance {owner} did not answer within {self.forward_timeout_s:g}s")
+        answer = _decode_answered(popped[1])
+        if answer.error is not None:
+            raise m.KernelError(answer.error.code, answer.error.message, answer.error.details)
+        assert answer.reply is not None
+        return answer.reply
+
+    # -------------------------------------------------------------- events
+
+    def publish(self, event: m.Event) -> None:
+        self._outbox.append(event)
+        self._wake.set()
+
+    def ended(self, session_id: str) -> None:
+        self._outbox.append(_Ended(session_id))
+        self._wake.set()
+
+    async def read(self, session_id: str, after_seq: int, timeout_s: float) -> list[m.Event] | None:
+        key = self._events_key(session_id)
+        try:
+            found = await self._client.xread({key: f"{after_seq}-0"}, count=1024, block=max(int(timeout_s * 1000), 1))
+            if not found:
+                return None if await self._client.exists([self._ended_key(session_id)]) else []
+        except _REDIS_ERRORS as exc:
+            raise self._unavailable(exc) from None
+        entries = next(iter(found.values()), ())
+        return [_decode_event(entry.field_values[b"e"]) for entry in entries]
+
+    async def tail(self, session_id: str, count: int) -> list[m.Event]:
+        try:
+            entries = await self._client.xrevrange(self._events_key(session_id), end="+", start="-", count=count)
+        except _REDIS_ERRORS as exc:
+            raise self._unavailable(exc) from None
+        return [_decode_event(entry.field_values[b"e"]) for entry in reversed(entries)]
+
+
+class _Ended(msgspec.Struct, frozen=True):
+    """In the outbox: the session was deleted (after its last events went out)."""
+
+    session_id: str

@@ -1,0 +1,105 @@
+"""Two kernels as two gateway instances: a session owned by one is used from the other
+through commands and followers only — forwarded, followed live, resumed, taken over."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from kernel import Follower, RunFollower, Tool
+from kernel import model as m
+from kernel.testing import ScriptedProvider, text_turn, tool_turn
+
+from ._support import cluster_kernels
+
+pytestmark = pytest.mark.anyio
+
+WORDS = [f"w{i} " for i in range(300)]
+
+
+async def _ok(args: dict[str, Any], ctx: object) -> str:
+    return "written"
+
+
+GUARDED = Tool(name="guarded", description="asks first", parameters={"type": "object"}, handler=_ok, requires_approval=True)
+
+
+async def test_a_session_of_one_instance_is_followed_and_driven_from_another() -> None:
+    a_model = ScriptedProvider([text_turn(*WORDS)])
+    async with cluster_kernels([a_model, ScriptedProvider([text_turn("from b")])]) as (a, b):
+        await a.execute(m.OpenSession(session_id="s"))
+        info = await b.execute(m.GetSession(session_id="s"))  # forwarded to the owner
+        assert isinstance(info, m.SessionOpened) and info.session.session_id == "s"
+        assert "s" in a.sessions and "s" not in b.sessions
+        async with await Follower.open(b, "s", client="test") as watcher:  # B follows A's session
+            accepted = await a.execute(m.Prompt(session_id="s", request_id="p1", text="go"))
+            assert isinstance(accepted, m.Accepted)
+            seen: list[m.Event] = []
+            with anyio.fail_after(20):
+                while not any(isinstance(e, m.RunFinished) for e in seen):
+                    seen += await watcher.next_batch()
+        text = "".join(e.text for e in seen if isinstance(e, m.TextDelta))
+        assert text == "".join(WORDS)
+        seqs = [e.seq for e in seen]
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+        # A prompt sent to B runs on A, and B's run follower hands out its events.
+        async with await RunFollower.start(b, m.Prompt(session_id="s", text="again"), client="test") as run:
+            with anyio.fail_after(20):
+                end = await run.wait()
+        assert isinstance(end, m.RunFinished) and end.text == "".join(WORDS) and len(a_model.requests) == 2
+        history = await b.execute(m.GetHistory(session_id="s"))
+        assert isinstance(history, m.HistoryView) and [x.content for x in history.messages if x.role == "user"] == ["go", "again"]
+
+
+async def test_an_interrupt_and_an_approval_sent_to_one_instance_act_on_the_other() -> None:
+    slow = ScriptedProvider([text_turn(*WORDS)], delay_s=0.01)
+    asking = ScriptedProvider([tool_turn("guarded", "{}"), text_turn("done")])
+    async with cluster_kernels([slow, asking], tools=[GUARDED]) as (a, b):
+        await a.execute(m.OpenSession(session_id="long"))
+        async with await RunFollower.start(b, m.Prompt(session_id="long", text="go")) as run:
+            with anyio.fail_after(20):
+                while not any(isinstance(e, m.TextDelta) for e in await run.next_batch()):
+                    pass
+            await b.execute(m.Interrupt(session_id="long"))
+            with anyio.fail_after(20):
+                end = await run.wait()
+        assert isinstance(end, m.RunFinished) and end.interrupted and len(end.text) < len("".join(WORDS))
+
+        await b.execute(m.OpenSession(session_id="ask"))  # owned by B this time
+        async with await RunFollower.start(a, m.Prompt(session_id="ask", text="write")) as run:
+            with anyio.fail_after(20):
+                while run.question is None:
+                    await run.next_batch()
+            await run.answer(True)  # through A, to B
+            with anyio.fail_after(20):
+                end = await run.wait()
+        assert isinstance(end, m.RunFinished) and end.text == "done" and "ask" in b.sessions and "ask" not in a.sessions
+
+
+async def test_resume_after_a_seq_on_any_instance() -> None:
+    async with cluster_kernels([ScriptedProvider([text_turn(*WORDS)]), ScriptedProvider()]) as (a, b):
+        async with await RunFollower.start(a, m.Prompt(session_id="r", text="go")) as run:
+            with anyio.fail_after(20):
+                events = []
+                while run.end is None:
+                    events += await run.next_batch()
+        middle = events[len(events) // 2].seq
+        async with await Follower.open(b, "r", after_seq=middle) as resumed:
+            got: list[m.Event] = []
+            with anyio.fail_after(20):
+                while not any(isinstance(e, m.RunFinished) for e in got):
+                    got += await resumed.next_batch()
+        assert got[0].seq == middle + 1 and got[-1].seq == events[-1].seq
+
+
+async def test_a_deleted_session_ends_its_remote_followers() -> None:
+    async with cluster_kernels([ScriptedProvider(), ScriptedProvider()]) as (a, b):
+        await a.execute(m.OpenSession(session_id="gone"))
+        follower = await Follower.open(b, "gone")
+        await b.execute(m.DeleteSession(session_id="gone"))  # forwarded to A
+        with anyio.fail_after(10):
+            assert await follower.next_batch() == [] and follower.closed
+        with pytest.raises(m.KernelError):
+            await b.execute(m.GetSession(session_id="gone"))
