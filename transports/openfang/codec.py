@@ -29,6 +29,7 @@ from kernel import model as m
 from transports.shared.jsonwire import decode_json
 
 from .coalesce import DeltaCoalescer
+from .sessionids import public_session_id
 from .wire import (
     AgentEntry,
     AgentsUpdated,
@@ -156,7 +157,7 @@ def decode_frame(text: str, ctx: DecodeContext) -> Decoded:
     kind = obj.get("type")
     kind = kind if isinstance(kind, str) else "message"
     session_id = obj.get("session_id")
-    if session_id is not None and not _valid_session_id(session_id):
+    if session_id is not None and not valid_session_name(session_id):
         return Decoded(ErrorOut(content="Invalid session_id"))
     if kind == "message":
         return _decode_message(obj, session_id, ctx)
@@ -169,7 +170,8 @@ def decode_frame(text: str, ctx: DecodeContext) -> Decoded:
     return Decoded(ErrorOut(content=f"Unknown message type: {kind}"))
 
 
-def _valid_session_id(value: object) -> bool:
+def valid_session_name(value: object) -> bool:
+    """Whether a ``session_id`` in a frame or body can name a session (any printable id)."""
     return (
         isinstance(value, str)
         and 0 < len(value) <= MAX_SESSION_ID_CHARS
@@ -312,6 +314,18 @@ def context_pressure(input_tokens: int, window_tokens: int) -> Pressure:
     if pct > 50:
         return "medium"
     return "low"
+
+
+def compact_message(message_count: int, history_window: int) -> str:
+    """The answer to ``compact`` (socket and REST): the gateway never summarises history.
+
+    OpenFang answers "No compaction needed (...)" below its threshold; here the model
+    always sees a window of the newest messages, so nothing ever needs compacting.
+    """
+    return (
+        f"No compaction needed ({message_count} messages; the model always sees the newest {history_window}). "
+        "Use /new to start over."
+    )
 
 
 def too_large(limit_bytes: int) -> ErrorOut:
@@ -576,10 +590,8 @@ class Connection:
         if name == "context":
             return self._context(facts)
         if name == "compact":
-            return CommandResult(command=name, message=(
-                f"Compaction is not available here: the model always sees the last {facts.history_window} messages. "
-                "Use /new to clear the history."
-            ))
+            count = info.message_count if info is not None else 0
+            return CommandResult(command=name, message=compact_message(count, facts.history_window))
         if name == "budget":
             return CommandResult(command=name, message="No spending limits are configured: this gateway does not meter costs.")
         if name == "peers":
@@ -598,7 +610,7 @@ class Connection:
         pressure = context_pressure(tokens, window)
         count = facts.info.message_count if facts.info is not None else 0
         message = (
-            f"Session {facts.session_id}: {count} messages in history; the model sees the last {facts.history_window}.\n"
+            f"Session {public_session_id(facts.session_id)}: {count} messages in history; the model sees the last {facts.history_window}.\n"
             f"Last request: ~{tokens} input tokens of a {window}-token window "
             f"({min(tokens / max(window, 1) * 100, 100):.1f}%). Pressure: {pressure}."
         )

@@ -5,9 +5,13 @@ The socket can put a question to its client (``/approve``, ``/deny``, ``/continu
 it asks by default. A REST or SSE client cannot answer, so those runs are decided by
 ``rest_tool_approval``: declined by default, with a reason the model sees. ``"ask"``
 there would only wait for the kernel's approval timeout, and is refused at load time.
+``dashboard_dir`` (off by default) names a directory served as a page from the
+gateway's origin; a directory that does not exist is refused at load time too.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from kernel import model as m
 from transports.shared import ServerConfig
@@ -58,9 +62,14 @@ class OpenFangConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
     tool_approval: m.ApprovalSetting = "ask"
     #: Questions of runs started over REST / SSE, whose clients cannot answer: as above, without ``"ask"``.
     rest_tool_approval: m.ApprovalSetting = "reject"
+    #: A directory served at ``/`` (its ``index.html``) and ``/{name}``, without a token: a
+    #: dashboard page opened from the gateway's own origin. Empty: nothing is served there.
+    dashboard_dir: str = ""
 
     def __post_init__(self) -> None:
         rest_policy(self.rest_tool_approval)  # refused at load time, not at the first request
+        if self.dashboard_dir and not Path(self.dashboard_dir).expanduser().is_dir():
+            raise ValueError(f"dashboard_dir: {self.dashboard_dir!r} is not a directory")
 
     @property
     def socket_policy(self) -> m.ApprovalPolicy:

@@ -3,7 +3,9 @@
 Each handler reads its request, runs kernel commands and answers with the shapes of
 ``rest_codec.py``. Errors are ``{"error": "..."}`` with the status code (the router's
 default shape). POST endpoints that act (stop, reset, switch, new session) never
-require a body: the SDKs post them with a JSON content type and nothing else.
+require a body: the SDKs post them with a JSON content type and nothing else. Session
+ids are UUIDs both ways (``sessionids.py``): a path naming anything else is OpenFang's
+400 ``Invalid session ID``.
 
 A prompt is one :class:`~kernel.RunFollower`: subscribed before the run starts, its
 events only, to its end. REST clients cannot answer a question, so its runs carry the
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import platform
 import sys
+from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 import anyio
@@ -34,7 +37,7 @@ from transports.shared import (
 )
 
 from .coalesce import DeltaCoalescer
-from .codec import attachment_part
+from .codec import attachment_part, compact_message, valid_session_name
 from .config import OpenFangConfig
 from .rest_codec import (
     MessageBody,
@@ -45,9 +48,11 @@ from .rest_codec import (
     history_json,
     http_status,
     message_reply,
+    ok,
     session_json,
     sessions_json,
 )
+from .sessionids import canonical_uuid, public_session_id
 from .state import ActiveSessions, Agents, UploadStore
 from .uploads import parse_upload
 
@@ -64,8 +69,17 @@ def _body_or_empty(raw: bytes, type_: type[T]) -> T:
         raise HttpError(400, f"Invalid request body: {exc}", code="invalid_request") from None
 
 
-def _refused(exc: m.KernelError) -> HttpError:
+def refused(exc: m.KernelError) -> HttpError:
+    """A kernel refusal as the HTTP error OpenFang's clients read (status from its code)."""
     return HttpError(http_status(exc.code), exc.message, code=exc.code)
+
+
+async def guarded(call: Awaitable[T]) -> T:
+    """Await a kernel call; a refusal becomes the HTTP error OpenFang's clients read."""
+    try:
+        return await call
+    except m.KernelError as exc:
+        raise refused(exc) from None
 
 
 class OpenFangRest:
@@ -92,8 +106,11 @@ class OpenFangRest:
         router.post("/api/agents/{id}/sessions")(self.create_session)
         router.post("/api/agents/{id}/sessions/{sid}/switch")(self.switch_session)
         router.post("/api/agents/{id}/session/reset")(self.reset_session)
+        router.post("/api/agents/{id}/session/compact")(self.compact_session)
         router.post("/api/agents/{id}/stop")(self.stop)
         router.delete("/api/agents/{id}/history")(self.clear_history)
+        router.get("/api/sessions")(self.all_sessions)
+        router.delete("/api/sessions/{sid}")(self.delete_session)
         router.get("/api/hands")(self.hands)
         router.get("/api/commands")(self.commands)
         router.post("/api/agents/{id}/upload")(self.upload)
@@ -103,11 +120,18 @@ class OpenFangRest:
     def _agent_id(self, request: Request) -> str:
         return self.agents.resolve(request.path_params["id"])
 
+    async def _path_session(self, request: Request, agent_id: str | None = None) -> m.SessionInfo:
+        """The session ``{sid}`` shows: 400 ``Invalid session ID`` unless a UUID (OpenFang's rule), 404 if none."""
+        public_id = canonical_uuid(request.path_params["sid"])
+        if public_id is None:
+            raise HttpError(400, "Invalid session ID", code="invalid_request")
+        info = await self.sessions.find(public_id, agent_id)
+        if info is None:
+            raise HttpError(404, "Session not found", code="not_found")
+        return info
+
     async def _execute(self, command: m.Command) -> m.Reply:
-        try:
-            return await self.kernel.execute(command)
-        except m.KernelError as exc:
-            raise _refused(exc) from None
+        return await guarded(self.kernel.execute(command))
 
     async def _prompt(self, request: Request) -> m.Prompt:
         """The body of ``/message`` as a prompt to the session it names, else the active one."""
@@ -125,16 +149,18 @@ class OpenFangRest:
             if upload is None:
                 raise HttpError(400, f"Attachment not found: {file_id}", code="invalid_request")
             parts.append(attachment_part(upload))
-        session_id = body.session_id or await self.sessions.get(agent_id)
+        if body.session_id is None:
+            session_id = await self.sessions.get(agent_id)
+        elif valid_session_name(body.session_id):
+            session_id = await self.sessions.named(agent_id, body.session_id)
+        else:
+            raise HttpError(400, "Invalid session_id", code="invalid_request")
         return m.Prompt(parts=tuple(parts), agent_id=agent_id, session_id=session_id)
 
     async def _start(self, prompt: m.Prompt) -> RunFollower:
         assert prompt.agent_id is not None and prompt.session_id is not None
         self.sessions.touch(prompt.agent_id, prompt.session_id)
-        try:
-            return await RunFollower.start(self.kernel, prompt, policy=self.policy, client="openfang")
-        except m.KernelError as exc:
-            raise _refused(exc) from None
+        return await guarded(RunFollower.start(self.kernel, prompt, policy=self.policy, client="openfang"))
 
     # ---------------------------------------------------------- read-only
 
@@ -207,8 +233,7 @@ class OpenFangRest:
                     self.sessions.forget(agent_id, session_id)
             else:
                 stopped += 1
-        message = "Run cancelled." if stopped else "No active run to cancel."
-        return json_response(200, {"status": "stopped" if stopped else "idle", "message": message})
+        return json_response(200, ok("Run cancelled" if stopped else "No active run"))
 
     # ---------------------------------------------------------- sessions
 
@@ -224,38 +249,55 @@ class OpenFangRest:
         active = await self.sessions.get(agent_id)
         listing = await self._execute(m.ListSessions(agent_id=agent_id))
         assert isinstance(listing, m.SessionList)
-        return json_response(200, sessions_json(listing.sessions, active))
+        return json_response(200, sessions_json(listing.sessions, {active}))
 
     async def create_session(self, request: Request) -> Response:
+        """``{"session_id", "label"}`` of the new session, which becomes the active one."""
         agent_id = self._agent_id(request)
         body = _body_or_empty(await request.body(), NewSessionBody)
         info = await self.sessions.create(agent_id, body.label)
-        return json_response(200, {**session_json(info, info.session_id), "status": "created"})
+        return json_response(200, session_json(info, {info.session_id}))
 
     async def switch_session(self, request: Request) -> Response:
         agent_id = self._agent_id(request)
-        sid = request.path_params["sid"]
-        listing = await self._execute(m.ListSessions(agent_id=agent_id))
-        assert isinstance(listing, m.SessionList)
-        if sid not in {info.session_id for info in listing.sessions}:
-            raise HttpError(404, "Session not found", code="not_found")
-        self.sessions.switch(agent_id, sid)
-        return json_response(200, {"status": "switched", "session_id": sid, "message": f"Switched to session {sid}"})
+        info = await self._path_session(request, agent_id)
+        if info.agent_id != agent_id:
+            raise HttpError(400, "Session belongs to a different agent", code="invalid_request")
+        self.sessions.switch(agent_id, info.session_id)
+        return json_response(200, ok("Session switched", session_id=public_session_id(info.session_id)))
 
     async def reset_session(self, request: Request) -> Response:
-        agent_id = self._agent_id(request)
-        session_id = await self.sessions.get(agent_id)
-        await self._execute(m.OpenSession(session_id=session_id, agent_id=agent_id))  # deleted elsewhere: made anew
+        """Clear the active session's context (in place: its id stays), after a running turn."""
+        session_id = (await guarded(self.sessions.open_active(self._agent_id(request)))).session_id
         reply = await self._execute(m.ClearContext(session_id=session_id))
         queued = isinstance(reply, m.Accepted) and reply.queued
-        message = "Session will be reset when the current run ends." if queued else "Session reset. Chat history cleared."
-        return json_response(200, {"status": "reset", "session_id": session_id, "message": message})
+        return json_response(200, ok("Session reset", session_id=public_session_id(session_id), queued=queued))
+
+    async def compact_session(self, request: Request) -> Response:
+        agent_id = self._agent_id(request)
+        session = await guarded(self.sessions.open_active(agent_id))
+        window = self.kernel.agent(agent_id).max_context_messages
+        return json_response(200, ok(compact_message(session.message_count, window)))
 
     async def clear_history(self, request: Request) -> Response:
+        """Every session of the agent loses its history (OpenFang's "all history"); the sessions stay."""
         agent_id = self._agent_id(request)
-        session_id = await self.sessions.get(agent_id)
-        await self._execute(m.ClearHistory(session_id=session_id))
-        return json_response(200, {"status": "ok", "session_id": session_id, "message": "History cleared."})
+        listing = await self._execute(m.ListSessions(agent_id=agent_id))
+        assert isinstance(listing, m.SessionList)
+        for info in listing.sessions:
+            await self._execute(m.ClearHistory(session_id=info.session_id))
+        return json_response(200, ok("All history cleared", sessions=len(listing.sessions)))
+
+    async def all_sessions(self, request: Request) -> Response:
+        listing = await self._execute(m.ListSessions())
+        assert isinstance(listing, m.SessionList)
+        return json_response(200, sessions_json(listing.sessions, self.sessions.active_ids()))
+
+    async def delete_session(self, request: Request) -> Response:
+        info = await self._path_session(request)
+        await self._execute(m.DeleteSession(session_id=info.session_id))
+        self.sessions.forget(info.agent_id, info.session_id)
+        return json_response(200, {"status": "deleted", "session_id": public_session_id(info.session_id)})
 
     async def upload(self, request: Request) -> Response:
         self._agent_id(request)

@@ -19,6 +19,7 @@ from kernel import model as m
 
 from .coalesce import DeltaCoalescer
 from .codec import INPUT_PREVIEW, RESULT_PREVIEW, WEB_COMMANDS
+from .sessionids import public_session_id
 
 SseEvent = tuple[str, dict[str, Any]]
 _encode: Callable[[Any], bytes] = msgspec.json.Encoder().encode
@@ -76,7 +77,8 @@ def _tool_cards(message: m.Message, results: dict[str, m.Message]) -> list[dict[
 
 
 def history_json(session_id: str, agent_id: str, messages: Sequence[m.Message]) -> dict[str, Any]:
-    """``GET /api/agents/{id}/session``: user/assistant turns with ``User``/``Assistant`` roles."""
+    """``GET /api/agents/{id}/session`` (kernel session id in, public id out): user/assistant
+    turns with ``User``/``Assistant`` roles."""
     results = {msg.tool_call_id: msg for msg in messages if msg.role == "tool" and msg.tool_call_id}
     out: list[dict[str, Any]] = []
     for msg in messages:
@@ -91,7 +93,7 @@ def history_json(session_id: str, agent_id: str, messages: Sequence[m.Message]) 
         if msg.created_at:
             entry["timestamp"] = iso_time(msg.created_at)
         out.append(entry)
-    return {"session_id": session_id, "agent_id": agent_id, "message_count": len(out), "messages": out}
+    return {"session_id": public_session_id(session_id), "agent_id": agent_id, "message_count": len(out), "messages": out}
 
 
 def message_reply(end: m.RunFinished | m.RunFailed, session_id: str) -> tuple[int, dict[str, Any]]:
@@ -100,27 +102,34 @@ def message_reply(end: m.RunFinished | m.RunFailed, session_id: str) -> tuple[in
         return http_status(end.error.code), {"error": end.error.message}
     body: dict[str, Any] = {
         "response": end.text, "input_tokens": end.usage.input_tokens, "output_tokens": end.usage.output_tokens,
-        "iterations": end.iterations, "cost_usd": None, "session_id": session_id,
+        "iterations": end.iterations, "cost_usd": None, "session_id": public_session_id(session_id),
     }
     if end.interrupted:
         body["interrupted"] = True
     return 200, body
 
 
-def session_json(info: m.SessionInfo, active_id: str | None) -> dict[str, Any]:
+def session_json(info: m.SessionInfo, active: Collection[str]) -> dict[str, Any]:
+    """A session as OpenFang lists it, under its public (UUID) id; ``active``: kernel ids."""
     return {
-        "session_id": info.session_id,
+        "session_id": public_session_id(info.session_id),
         "agent_id": info.agent_id,
         "message_count": info.message_count,
         "created_at": iso_time(info.created_at),
         "label": info.label,
-        "active": info.session_id == active_id,
+        "active": info.session_id in active,
     }
 
 
-def sessions_json(infos: Iterable[m.SessionInfo], active_id: str | None) -> dict[str, Any]:
+def sessions_json(infos: Iterable[m.SessionInfo], active: Collection[str]) -> dict[str, Any]:
+    """``GET /api/agents/{id}/sessions`` and ``GET /api/sessions``: newest first."""
     ordered = sorted(infos, key=lambda info: info.created_at, reverse=True)
-    return {"sessions": [session_json(info, active_id) for info in ordered]}
+    return {"sessions": [session_json(info, active) for info in ordered]}
+
+
+def ok(message: str, **extra: Any) -> dict[str, Any]:
+    """OpenFang's answer to an action: ``{"status": "ok", "message": ...}`` (extras after)."""
+    return {"status": "ok", "message": message, **extra}
 
 
 def commands_json(surface: str, kernel_commands: Collection[m.CommandInfo]) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from transports.shared import (
 
 from .codec import Connection, LocalCommand, SessionFacts, idle_closed, rate_limited, too_large
 from .config import OpenFangConfig
+from .dashboard import OpenFangDashboard
 from .rest import OpenFangRest
 from .state import ActiveSessions, Agents, UploadStore
 from .wire import ErrorOut, ServerEvent, encode
@@ -49,6 +50,7 @@ def build_app(kernel: Kernel, config: OpenFangConfig) -> Router:
     sessions = ActiveSessions(kernel)
     uploads = UploadStore(max_bytes=config.upload_store_bytes, ttl_s=config.upload_ttl_s)
     OpenFangRest(kernel, config, agents=agents, sessions=sessions, uploads=uploads).register(router)
+    OpenFangDashboard(kernel, config, agents=agents, sessions=sessions).register(router)
 
     def known_agent(ws: WebSocket) -> None:
         # After the built-in 401 / 403 Origin / 429 per-IP checks: 400 bad id, 404 unknown.
@@ -140,7 +142,7 @@ class AgentSocket:
         await self.kernel.execute(m.OpenSession(session_id=session_id, agent_id=self.agent_id))
 
     async def _prompt(self, prompt: m.Prompt) -> list[ServerEvent]:
-        session_id = prompt.session_id or await self.sessions.get(self.agent_id)
+        session_id = await self._session_for(prompt.session_id, last=False)
         await self._open(session_id)
         self.sessions.touch(self.agent_id, session_id)
         if not self.codec.follows(session_id):
@@ -148,9 +150,14 @@ class AgentSocket:
         await self.kernel.execute(self.codec.sending(prompt, session_id))
         return []
 
-    async def _session_for(self, requested: str | None) -> str:
-        """A command's session: the one it names, else the last one prompted, else the agent's active one."""
-        return requested or self.codec.last_session or await self.sessions.get(self.agent_id)
+    async def _session_for(self, requested: str | None, *, last: bool = True) -> str:
+        """The kernel id of a frame's session: the one it names (``session_id``, any id),
+        else (for a command) the last one prompted, else the agent's active one."""
+        if requested is not None:
+            return await self.sessions.named(self.agent_id, requested)
+        if last and self.codec.last_session is not None:
+            return self.codec.last_session
+        return await self.sessions.get(self.agent_id)
 
     async def _command(self, command: m.Command, name: str) -> list[ServerEvent]:
         reply: m.Reply | m.KernelError

@@ -4,8 +4,9 @@ its sockets and its REST handlers).
 * :class:`Agents`: agents by their stable UUID, with OpenFang's 400/404 answers.
 * :class:`ActiveSessions`: OpenFang's REST model — each agent has one *active*
   session that ``/session``, ``/sessions``, ``/switch`` and sockets use (unless a
-  frame names a ``session_id``), restored from the store on first use; and the
-  sessions used through this transport, which ``/stop`` interrupts.
+  frame names a ``session_id``), restored from the store on first use; the
+  sessions used through this transport, which ``/stop`` interrupts; and the way
+  from a public (UUID) session id back to the kernel's (``sessionids.py``).
 * :class:`UploadStore`: attachments in memory, bounded by total size and age.
 """
 
@@ -23,6 +24,7 @@ from kernel import model as m
 from transports.shared import HttpError
 
 from .codec import Upload
+from .sessionids import canonical_uuid, new_session_id, public_session_id
 
 
 class Agents:
@@ -75,9 +77,15 @@ class ActiveSessions:
                 self.switch(agent_id, current)
             return current
 
+    async def open_active(self, agent_id: str) -> m.SessionInfo:
+        """The agent's active session, live (made anew if it was deleted elsewhere)."""
+        opened = await self.kernel.execute(m.OpenSession(session_id=await self.get(agent_id), agent_id=agent_id))
+        assert isinstance(opened, m.SessionOpened)
+        return opened.session
+
     async def create(self, agent_id: str, label: str | None = None) -> m.SessionInfo:
         """A new session for the agent, which becomes its active one."""
-        opened = await self.kernel.execute(m.OpenSession(session_id=uuid.uuid4().hex, agent_id=agent_id, label=label))
+        opened = await self.kernel.execute(m.OpenSession(session_id=new_session_id(), agent_id=agent_id, label=label))
         assert isinstance(opened, m.SessionOpened)
         self.switch(agent_id, opened.session.session_id)
         return opened.session
@@ -85,6 +93,46 @@ class ActiveSessions:
     def switch(self, agent_id: str, session_id: str) -> None:
         self._active[agent_id] = session_id
         self.touch(agent_id, session_id)
+
+    async def find(self, public_id: str, agent_id: str | None = None) -> m.SessionInfo | None:
+        """The session shown as ``public_id`` (a canonical UUID), None if there is none.
+
+        Usually the session of that very id; else the one it is the public id of (a
+        non-UUID or 32-hex id), looked for among ``agent_id``'s sessions (all without).
+        """
+        found = await self._get(public_id)
+        if found is not None:
+            return found
+        listing = await self.kernel.execute(m.ListSessions(agent_id=agent_id))
+        assert isinstance(listing, m.SessionList)
+        return next((info for info in listing.sessions if public_session_id(info.session_id) == public_id), None)
+
+    async def _get(self, session_id: str) -> m.SessionInfo | None:
+        try:
+            reply = await self.kernel.execute(m.GetSession(session_id=session_id))
+        except m.KernelError as exc:
+            if exc.code != "not_found":
+                raise
+            return None
+        assert isinstance(reply, m.SessionOpened)
+        return reply.session
+
+    async def named(self, agent_id: str, name: str) -> str:
+        """The kernel id of the session a body or frame names (our ``session_id`` extension).
+
+        A UUID is a public id: the session shown as it (made under it when there is none).
+        Any other name is the kernel's id itself, as every dialect spells it (stdio's
+        ``notes``, the seed's ``session_123``): OpenFang clients are shown its alias.
+        """
+        wanted = canonical_uuid(name)
+        if wanted is None:
+            return name
+        found = await self.find(wanted, agent_id)
+        return found.session_id if found is not None else wanted
+
+    def active_ids(self) -> set[str]:
+        """The sessions that are some agent's active one now."""
+        return set(self._active.values())
 
     def touch(self, agent_id: str, session_id: str) -> None:
         """Remember that this transport prompted ``session_id`` for the agent (see ``used``)."""
@@ -99,8 +147,10 @@ class ActiveSessions:
         return list(self._touched.get(agent_id, ()))
 
     def forget(self, agent_id: str, session_id: str) -> None:
-        """A session that no longer exists (deleted elsewhere)."""
+        """A session that no longer exists (deleted): not ours to stop, nor active any more."""
         self._touched.get(agent_id, set()).discard(session_id)
+        if self._active.get(agent_id) == session_id:
+            del self._active[agent_id]
 
 
 class UploadStore:

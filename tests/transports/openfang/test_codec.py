@@ -24,12 +24,14 @@ from transports.openfang.codec import (
     TurnEncoder,
     Upload,
     command_result,
+    compact_message,
     context_pressure,
     decode_frame,
     next_verbose,
     sanitize_user_input,
 )
 from transports.openfang.rest_codec import SseEncoder, history_json
+from transports.openfang.sessionids import alias
 from transports.openfang.wire import (
     AgentsUpdated,
     CommandResult,
@@ -338,7 +340,11 @@ def test_local_commands_answer_from_the_connection_and_the_sessions_facts() -> N
     assert conn.local(LocalCommand(name="queue"), SessionFacts(session_id="s")) == [CommandResult(command="queue", message="Agent is idle.")]
     assert conn.local(LocalCommand(name="usage"), facts) == [CommandResult(command="usage", message="Session usage: ~3 in / ~4 out (~7 total)")]
     assert "/history` — past messages" in conn.local(LocalCommand(name="help"), facts)[0].message  # type: ignore[union-attr]
-    assert "last 20 messages" in conn.local(LocalCommand(name="compact"), facts)[0].message  # type: ignore[union-attr]
+    stored = SessionFacts(session_id="s", info=m.SessionInfo(session_id="s", agent_id=AGENT, message_count=7), history_window=20)
+    assert conn.local(LocalCommand(name="compact"), stored) == [CommandResult(command="compact", message=compact_message(7, 20))]
+    assert compact_message(7, 20).startswith("No compaction needed (7 messages; the model always sees the newest 20)")
+    context = conn.local(LocalCommand(name="context"), SessionFacts(session_id="notes", info=stored.info, history_window=20))[0]
+    assert context.message.startswith(f"Session {alias('notes')}: 7 messages in history")  # type: ignore[union-attr]
 
 
 def test_tool_errors_are_read_from_outcomes_never_from_text() -> None:

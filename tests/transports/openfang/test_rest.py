@@ -4,6 +4,7 @@ OpenFang's Python SDK (urllib in a thread, JSON content type, SSE read line by l
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.request
 import uuid
@@ -24,6 +25,7 @@ from transports.openfang.config import REST_DENIAL, OpenFangConfig
 from ._helpers import connect, make_config, recv_until, serving
 
 pytestmark = pytest.mark.anyio
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 class SdkClient:
@@ -167,8 +169,8 @@ async def test_sse_keepalive_comments_and_stop_with_a_bodyless_post() -> None:
         results["idle_stop"] = await sdk(server, "call", "POST", f"{base}/stop")
     events, other = results["stream"]
     assert ": keep-alive" in other
-    assert results["stop"] == (200, {"status": "stopped", "message": "Run cancelled."})
-    assert results["idle_stop"] == (200, {"status": "idle", "message": "No active run to cancel."})
+    assert results["stop"] == (200, {"status": "ok", "message": "Run cancelled"})
+    assert results["idle_stop"] == (200, {"status": "ok", "message": "No active run"})
     assert events[-1]["done"] is True and events[-1]["interrupted"] is True
     assert 0 < len("".join(e.get("content", "") for e in events)) < len("slow ") * 100
 
@@ -180,30 +182,35 @@ async def test_sessions_reset_switch_and_history() -> None:
         session = (await http.get(f"{base}/session")).json()
         assert [(msg["role"], msg["content"]) for msg in session["messages"]] == [("User", "first"), ("Assistant", "echo: first")]
         first_id = session["session_id"]
+        assert UUID.fullmatch(first_id)
         created = await http.post(f"{base}/sessions", json={"label": "second"})
-        assert created.status_code == 200 and created.json()["active"] is True and created.json()["label"] == "second"
+        assert created.status_code == 200 and {"session_id", "label"} <= created.json().keys()
+        assert created.json()["label"] == "second" and created.json()["active"] is True
         second_id = created.json()["session_id"]
+        assert UUID.fullmatch(second_id)
         listed = (await http.get(f"{base}/sessions")).json()["sessions"]
         assert {s["session_id"]: s["active"] for s in listed} == {first_id: False, second_id: True}
         assert (await http.get(f"{base}/session")).json()["messages"] == []
         # The SDK posts switch/reset/new-session with a JSON content type and no body.
         assert await sdk(server, "call", "POST", f"{base}/sessions/{first_id}/switch") == (
-            200, {"status": "switched", "session_id": first_id, "message": f"Switched to session {first_id}"},
+            200, {"status": "ok", "message": "Session switched", "session_id": first_id},
         )
         assert (await http.get(f"{base}/session")).json()["session_id"] == first_id
-        assert (await sdk(server, "call", "POST", f"{base}/sessions/nope/switch")) == (404, {"error": "Session not found"})
-        status, reset = await sdk(server, "call", "POST", f"{base}/session/reset")
-        assert status == 200 and reset["message"] == "Session reset. Chat history cleared."
+        assert await sdk(server, "call", "POST", f"{base}/sessions/nope/switch") == (400, {"error": "Invalid session ID"})
+        assert await sdk(server, "call", "POST", f"{base}/sessions/{uuid.uuid4()}/switch") == (404, {"error": "Session not found"})
+        assert await sdk(server, "call", "POST", f"{base}/session/reset") == (
+            200, {"status": "ok", "message": "Session reset", "session_id": first_id, "queued": False},
+        )
         assert (await http.get(f"{base}/session")).json()["messages"] == []
         await http.post(f"{base}/message", json={"message": "again"})
         status, _ = await sdk(server, "call", "POST", f"{base}/sessions")
         assert status == 200
-        assert await sdk(server, "call", "POST", f"{base}/sessions/{first_id}/switch") == (
-            200, {"status": "switched", "session_id": first_id, "message": f"Switched to session {first_id}"},
-        )
-        status, cleared = await sdk(server, "call", "DELETE", f"{base}/history")
-        assert status == 200 and cleared["session_id"] == first_id
+        await http.post(f"{base}/message", json={"message": "in the third"})
+        assert (await sdk(server, "call", "POST", f"{base}/sessions/{first_id}/switch"))[0] == 200
+        # OpenFang's DELETE /history clears every session of the agent, not only the active one.
+        assert await sdk(server, "call", "DELETE", f"{base}/history") == (200, {"status": "ok", "message": "All history cleared", "sessions": 3})
         assert (await http.get(f"{base}/session")).json()["messages"] == []
+        assert {s["message_count"] for s in (await http.get(f"{base}/sessions")).json()["sessions"]} == {0}
 
 
 async def test_commands_listing_for_the_dashboard() -> None:
@@ -295,7 +302,7 @@ async def test_stop_leaves_runs_of_other_transports_alone() -> None:
             while not other.busy:
                 await anyio.sleep(0.01)
         status, body = await sdk(server, "call", "POST", f"/api/agents/{server.agent_id}/stop")
-        assert (status, body["message"]) == (200, "No active run to cancel.")
+        assert (status, body) == (200, {"status": "ok", "message": "No active run"})
         assert other.active is not None and not other.active.interrupted
         other.interrupt()
 

@@ -13,10 +13,12 @@ import anyio
 import pytest
 import websockets
 
+from kernel import model as m
 from kernel.testing import ScriptedProvider, text_turn, tool_turn
 from kernel.tools import Tool
 from plugins.providers.echo import EchoProvider
 from tests.asyncio_clients import in_asyncio
+from transports.openfang.sessionids import alias
 
 from ._helpers import (
     connect,
@@ -207,17 +209,29 @@ async def test_two_sockets_on_one_agent_each_get_their_own_turn() -> None:
 
 
 async def test_session_id_in_a_frame_picks_the_session() -> None:
+    """A frame's ``session_id`` is the session of that name in every dialect (the seed's
+    ``session_123``, stdio's ``notes``), also when it names the UUID that session is shown as."""
     async with serving(ScriptedProvider([text_turn("hi")])) as server:
+        await server.kernel.execute(m.OpenSession(session_id="notes", agent_id=server.agent_id))  # as stdio makes them
+        fresh = str(uuid.uuid4())
 
-        async def client() -> dict[str, Any]:
+        async def client() -> None:
             ws = await connect(server.ws_url)
             async with ws:
-                await ws.send('{"type":"message","content":"Hello, how are you?","session_id":"session_123"}')
-                return (await recv_until(ws, "response"))[-1]
+                for name in ("session_123", alias("session_123"), "notes", alias("notes"), fresh.replace("-", "")):
+                    await ws.send(json.dumps({"type": "message", "content": f"to {name}", "session_id": name}))
+                    await recv_until(ws, "response")
 
         await in_asyncio(client)
-        session = server.kernel.sessions["session_123"]
-        assert [msg.content for msg in session.context] == ["Hello, how are you?", "hi"]
+
+        async def said(session_id: str) -> list[str]:
+            history = await server.kernel.execute(m.GetHistory(session_id=session_id))
+            assert isinstance(history, m.HistoryView)
+            return [msg.content for msg in history.messages if msg.role == "user"]
+
+        assert await said("session_123") == ["to session_123", f"to {alias('session_123')}"]
+        assert await said("notes") == ["to notes", f"to {alias('notes')}"]
+        assert await said(fresh) == [f"to {fresh.replace('-', '')}"]  # a new UUID-named session gets the canonical id
 
 
 async def test_commands_over_the_socket() -> None:
