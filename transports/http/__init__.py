@@ -1,6 +1,7 @@
 """The http transport: a native REST + SSE API of kernel commands and events
-(``native/``), and an OpenAI-compatible ``/v1/chat/completions`` + ``/v1/models``
-surface (``openai/``), on one server. See docs/http.md.
+(``native/``), an OpenAI-compatible ``/v1/chat/completions`` + ``/v1/models``
+surface (``openai/``) and the OpenAI Responses API ``/v1/responses``
+(``responses/``), on one server. See docs/http.md.
 
 Names load on first use, so importing a dialect's codec brings no server with it.
 """

@@ -47,6 +47,12 @@ class HttpConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
     #: them: ``"reject"``, ``"approve"`` or a policy table (``mode``, ``allow_tools``,
     #: ``allow_categories``, ``turn_limit``, ``reason``) that never asks.
     openai_tool_approval: m.ApprovalSetting = "reject"
+    #: Responses (``/v1/responses`` with ``store``) kept for ``GET``, ``DELETE`` and
+    #: ``previous_response_id``, in this process's memory: the oldest go first, and all
+    #: go with a restart (their conversations stay, as kernel sessions). 0 keeps none.
+    stored_responses: int = 1000
+    #: The stored responses' JSON may take this many bytes in all.
+    stored_responses_bytes: int = 33_554_432
 
     def __post_init__(self) -> None:
         openai_policy(self.openai_tool_approval)  # refused at load time, not at the first request
@@ -59,3 +65,5 @@ def check_config(config: HttpConfig) -> None:
         raise ConfigError("run_timeout_s must be positive")
     if config.rate_limit_per_minute < 0:
         raise ConfigError("rate_limit_per_minute must be >= 0")
+    if config.stored_responses < 0 or config.stored_responses_bytes < 0:
+        raise ConfigError("stored_responses and stored_responses_bytes must be >= 0")

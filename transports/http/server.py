@@ -1,11 +1,12 @@
 """The ``http`` transport: the ASGI app in front of two routers, and ``serve``.
 
 Two routers share one server: the native API answers errors in the native shape, the
-OpenAI routes in OpenAI's (the router's error shaper sees no path, so the app picks
-the router by path first). The routers apply the shared security policy; here a browser
-``Origin`` must be one of ``cors_origins`` (empty: CORS off, and every request carrying
-an ``Origin`` is refused), and ``rate_limit_per_minute`` is the per-client-IP request
-limit, one count for both routers.
+OpenAI routes — chat completions, models and responses — in OpenAI's (the router's
+error shaper sees no path, so the app picks the router by path first). The routers
+apply the shared security policy; here a browser ``Origin`` must be one of
+``cors_origins`` (empty: CORS off, and every request carrying an ``Origin`` is
+refused), and ``rate_limit_per_minute`` is the per-client-IP request limit, one count
+for both routers.
 """
 
 from __future__ import annotations
@@ -24,10 +25,14 @@ from .native import codec as native_codec
 from .native.routes import NativeApi
 from .openai import codec as openai_codec
 from .openai.routes import OpenAIApi
+from .responses.routes import ResponsesApi
+from .responses.stored import ResponseStore
+
+_OPENAI_PATHS = ("/v1/chat/completions", "/v1/models", "/v1/responses")
 
 
 def _is_openai_path(path: str) -> bool:
-    return path == "/v1/chat/completions" or path == "/v1/models" or path.startswith("/v1/models/")
+    return any(path == base or path.startswith(base + "/") for base in _OPENAI_PATHS)
 
 
 class HttpApp:
@@ -42,9 +47,11 @@ class HttpApp:
         self.native = Router(router_config, error_body=native_codec.native_error_body, cors=cors, limiter=limiter)
         self.openai = Router(router_config, error_body=openai_codec.openai_error_body, cors=cors, limiter=limiter)
         NativeApi(kernel, keepalive_s=config.sse_keepalive_s, run_timeout_s=config.run_timeout_s).register(self.native)
-        OpenAIApi(
-            kernel, keepalive_s=config.sse_keepalive_s, run_timeout_s=config.run_timeout_s,
-            policy=openai_policy(config.openai_tool_approval),
+        policy = openai_policy(config.openai_tool_approval)
+        OpenAIApi(kernel, keepalive_s=config.sse_keepalive_s, run_timeout_s=config.run_timeout_s, policy=policy).register(self.openai)
+        ResponsesApi(
+            kernel, keepalive_s=config.sse_keepalive_s, run_timeout_s=config.run_timeout_s, policy=policy,
+            stored=ResponseStore(config.stored_responses, config.stored_responses_bytes),
         ).register(self.openai)
         self.token = self.native.token
 
@@ -55,7 +62,7 @@ class HttpApp:
 
 class HttpTransport:
     name = "http"
-    description = "REST + SSE of native kernel events; OpenAI-compatible /v1/chat/completions and /v1/models"
+    description = "REST + SSE of native kernel events; OpenAI-compatible /v1/chat/completions, /v1/responses and /v1/models"
     Config = HttpConfig
 
     async def serve(

@@ -44,7 +44,8 @@ from .wire import (
 _encode = msgspec.json.encode
 _decode_request: JsonDecoder[ChatRequest] = JsonDecoder(ChatRequest)
 _MSGSPEC_PATH = re.compile(r" - at `\$\.?(.*)`$")
-_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: What OpenAI accepts as a function tool's name (both OpenAI dialects check it).
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 # ---------------------------------------------------------------- errors
 
@@ -136,11 +137,22 @@ def decode_chat_request(raw: bytes) -> ChatRequest | OpenAIError:
     try:
         return _decode_request.decode(raw)
     except msgspec.ValidationError as exc:
-        text = str(exc)
-        found = _MSGSPEC_PATH.search(text)
-        return bad_request(f"Invalid request: {text}", param=found.group(1) if found else None)
+        return invalid_field(exc)
     except msgspec.DecodeError as exc:
         return bad_request(f"We could not parse the JSON body of your request ({exc}).")
+
+
+def invalid_field(exc: msgspec.ValidationError, at: str = "") -> OpenAIError:
+    """A msgspec validation error as a 400 whose ``param`` names the field; ``at`` is
+    where the validated value sits in the request (``input[2]``), when not at its top."""
+    text = str(exc)
+    found = _MSGSPEC_PATH.search(text)
+    path = found.group(1) if found else ""
+    if not at:
+        return bad_request(f"Invalid request: {text}", param=path or None)
+    param = f"{at}.{path}" if path and not path.startswith("[") else f"{at}{path}"
+    reason = text[: found.start()] if found else text
+    return bad_request(f"Invalid request: {reason} - at `{param}`", param=param)
 
 
 class ChatPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -228,7 +240,7 @@ def _client_tools(request: ChatRequest) -> tuple[m.ClientTool, ...] | OpenAIErro
     for i, tool in enumerate(request.tools):
         if tool.type != "function" or tool.function is None:
             return bad_request("Only tools of type 'function' are supported.", param=f"tools[{i}].type")
-        if not _TOOL_NAME.match(tool.function.name):
+        if not TOOL_NAME.match(tool.function.name):
             return bad_request("Tool names must be 1-64 characters of a-z, A-Z, 0-9, _ and -.", param=f"tools[{i}].function.name")
         parameters = tool.function.parameters or {"type": "object", "properties": {}}
         specs.append(m.ClientTool(name=tool.function.name, description=tool.function.description, parameters=parameters))
@@ -288,14 +300,14 @@ def _parts(content: str | list[dict[str, Any]] | None, where: str) -> tuple[m.Co
         elif kind == "image_url":
             url = item.get("image_url")
             url = url.get("url") if isinstance(url, dict) else url
-            decoded = _data_url(url) if isinstance(url, str) else None
+            decoded = data_url(url) if isinstance(url, str) else None
             if decoded is None:
                 return bad_request("Images must be given as base64 data: URLs.", param=param)
             parts.append(m.ImagePart(data=decoded[1], mime_type=decoded[0]))
         elif kind == "file":
             spec = item.get("file")
             data = spec.get("file_data") if isinstance(spec, dict) else None
-            decoded = _data_url(data) if isinstance(data, str) else None
+            decoded = data_url(data) if isinstance(data, str) else None
             if decoded is None or not isinstance(spec, dict):
                 return bad_request("Files must be given inline as file_data data: URLs.", param=param)
             filename = spec.get("filename")
@@ -305,7 +317,8 @@ def _parts(content: str | list[dict[str, Any]] | None, where: str) -> tuple[m.Co
     return tuple(parts)
 
 
-def _data_url(url: str) -> tuple[str, bytes] | None:
+def data_url(url: str) -> tuple[str, bytes] | None:
+    """``(mime type, bytes)`` of a ``data:`` URL (base64 or percent-encoded); None otherwise."""
     if not url.startswith("data:"):
         return None
     header, sep, payload = url[5:].partition(",")

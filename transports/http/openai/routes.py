@@ -18,14 +18,14 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from typing import Literal
 
 import anyio
 
 from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
-from transports.shared import Request, Response, Router, format_sse, json_response, open_sse, wait_disconnect, write_frames
+from transports.shared import Request, Response, Router, format_sse, json_response, open_sse, write_frames
 
+from ..runs import Unanswered, read_run
 from . import codec
 from .codec import ChatPlan
 from .wire import OpenAIError
@@ -105,38 +105,12 @@ class OpenAIApi:
                 except KernelError as error:
                     log.debug("deleting ephemeral session %s: %s", session_id, error.message)
 
-    async def _until(self, request: Request, run: RunFollower, *, first_output: bool) -> tuple[list[m.Event], Literal["gone", "timeout"] | None]:
-        """Read the run's events until its end (or its first output); returns them and
-        ``"gone"`` / ``"timeout"`` when the client left or time ran out first."""
-        seen: list[m.Event] = []
-        why: Literal["gone", "timeout"] | None = None
-        deadline = anyio.current_time() + self.run_timeout_s
-        async with anyio.create_task_group() as tg:
-
-            async def watch() -> None:
-                nonlocal why
-                await wait_disconnect(request)
-                why = "gone"
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(watch)
-            while run.end is None:
-                batch = await run.next_batch(deadline)
-                if not batch:  # the deadline passed
-                    why = "timeout"
-                    break
-                seen.extend(batch)
-                if first_output and any(isinstance(event, codec.OUTPUT) for event in batch):
-                    break
-            tg.cancel_scope.cancel()
-        return seen, why
-
-    async def _unanswered(self, run: RunFollower, why: Literal["gone", "timeout"]) -> Response:
+    async def _unanswered(self, run: RunFollower, why: Unanswered) -> Response:
         await run.interrupt()
         return _error(codec.client_gone() if why == "gone" else codec.run_timeout(self.run_timeout_s))
 
     async def _complete(self, request: Request, run: RunFollower, plan: ChatPlan, completion_id: str) -> Response:
-        seen, why = await self._until(request, run, first_output=False)
+        seen, why = await read_run(request, run, timeout_s=self.run_timeout_s)
         if why is not None:
             return await self._unanswered(run, why)
         end = run.end
@@ -150,7 +124,7 @@ class OpenAIApi:
         return json_response(200, body)
 
     async def _stream(self, request: Request, run: RunFollower, plan: ChatPlan, completion_id: str) -> Response | None:
-        pending, why = await self._until(request, run, first_output=True)
+        pending, why = await read_run(request, run, timeout_s=self.run_timeout_s, until=lambda event: isinstance(event, codec.OUTPUT))
         if why is not None:
             return await self._unanswered(run, why)
         early = codec.failed_before_output(run.end, pending)

@@ -1,0 +1,528 @@
+"""Sans-IO codec of the OpenAI Responses API (``/v1/responses``).
+
+In: a request body -> a :class:`ResponsePlan`: which agent, the input items as kernel
+history (messages, the client's ``function_call`` items and their
+``function_call_output`` results), the last user message as the prompt or, when the
+input ends with function results, a continuation; per-request options with the
+client's function tools. Out: one run's kernel events -> a :class:`ResponseBuilder`
+that yields the typed stream events (each with the next ``sequence_number``) and the
+``response`` object with its output items. Errors have OpenAI's shape, shared with
+the chat-completions dialect. Pure; never raises on input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import msgspec
+
+from kernel import model as m
+from transports.shared.jsonwire import JsonDecoder
+
+from ..openai.codec import TOOL_NAME, bad_request, data_url, invalid_field, resolve_model
+from ..openai.wire import OpenAIError
+from . import wire as w
+
+_decode_request: JsonDecoder[w.ResponsesRequest] = JsonDecoder(w.ResponsesRequest)
+_encode = msgspec.json.encode
+
+#: One stream event: its SSE ``event:`` name and its JSON.
+Frame = tuple[str, bytes]
+
+# ---------------------------------------------------------------- request in
+
+
+def decode_request(raw: bytes) -> w.ResponsesRequest | OpenAIError:
+    if not raw.strip():
+        return bad_request("The request body is empty; expected a JSON Responses API request.")
+    try:
+        return _decode_request.decode(raw)
+    except msgspec.ValidationError as exc:
+        return invalid_field(exc)
+    except msgspec.DecodeError as exc:
+        return bad_request(f"We could not parse the JSON body of your request ({exc}).")
+
+
+class Echo(msgspec.Struct, frozen=True, kw_only=True):
+    """What the ``response`` object repeats of its request."""
+
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    parallel_tool_calls: bool = True
+    previous_response_id: str | None = None
+    reasoning: dict[str, Any] | None = None
+    store: bool = True
+    temperature: float | None = None
+    text: dict[str, Any] | None = None
+    tool_choice: str | dict[str, Any] = "auto"
+    tools: tuple[w.FunctionToolOut, ...] = ()
+    top_p: float | None = None
+    truncation: str = "disabled"
+    user: str | None = None
+    metadata: dict[str, str] | None = None
+
+
+class ResponsePlan(msgspec.Struct, frozen=True, kw_only=True):
+    """What one Responses request asks of the kernel."""
+
+    agent_id: str
+    #: ``model`` named an agent: a continued conversation must belong to it.
+    agent_named: bool
+    response_model: str
+    history: tuple[m.Message, ...]
+    prompt_parts: tuple[m.ContentPart, ...]
+    #: The input ends with function results: run on the history, no new user turn.
+    continuation: bool
+    #: Carries the client's function tools (``client_tools``) and the request's limits.
+    options: m.PromptOptions
+    stream: bool
+    store: bool
+    previous_response_id: str | None
+    conversation_id: str | None
+    echo: Echo
+
+
+def plan_response(
+    request: w.ResponsesRequest, agents: Sequence[m.AgentInfo], *, context_limit: int, known_calls: Mapping[str, str] | None = None
+) -> ResponsePlan | OpenAIError:
+    """``known_calls``: call id -> function name of the calls the continued response made."""
+    if not agents:
+        return OpenAIError(status=500, message="No agent is configured", type="server_error")
+    refused = check_request(request)
+    if refused is not None:
+        return refused
+    tools = _client_tools(request.tools or [])
+    if isinstance(tools, OpenAIError):
+        return tools
+    if not (request.input.strip() if isinstance(request.input, str) else request.input):
+        return bad_request("input must not be empty.", param="input")
+    items: list[dict[str, Any]] = [{"role": "user", "content": request.input}] if isinstance(request.input, str) else request.input
+    converted = _conversation(items, dict(known_calls or {}))
+    if isinstance(converted, OpenAIError):
+        return converted
+    system, turns = converted
+    last_kind = _kind(items[-1])
+    if last_kind == "message" and items[-1].get("role") == "user":  # its turn is the last one
+        prompt = turns[-1]
+        parts = prompt.parts or ((m.TextPart(prompt.content),) if prompt.content.strip() else ())
+        if not parts:
+            return bad_request("The last user message is empty.", param=f"input[{len(items) - 1}].content")
+        history, continuation = turns[:-1], False
+    elif last_kind == "function_call_output":
+        history, parts, continuation = turns, (), True
+    else:
+        return bad_request("The last input item must be a user message or a function_call_output.", param="input")
+    agent, model_override = resolve_model(request.model, agents)
+    offer_tools = request.tool_choice != "none"
+    instructions = [request.instructions] if request.instructions else []
+    options = m.PromptOptions(
+        max_tokens=request.max_output_tokens,
+        temperature=request.temperature,
+        system_prompt="\n\n".join([*instructions, *system]) or None,
+        model=model_override,
+        max_context_messages=max(context_limit, len(history) + 1),
+        use_tools=offer_tools,
+        client_tools=tuple(m.ClientTool(name=t.name, description=t.description or "", parameters=t.parameters) for t in tools) if offer_tools else (),
+    )
+    conversation = request.conversation.id if isinstance(request.conversation, w.ConversationRef) else request.conversation
+    store = request.store is not False
+    echo = Echo(
+        instructions=request.instructions, max_output_tokens=request.max_output_tokens,
+        parallel_tool_calls=request.parallel_tool_calls is not False, previous_response_id=request.previous_response_id,
+        reasoning=request.reasoning, store=store, temperature=request.temperature, text=request.text,
+        tool_choice=request.tool_choice or "auto", tools=tools, top_p=request.top_p,
+        truncation=request.truncation or "disabled", user=request.user, metadata=request.metadata,
+    )
+    return ResponsePlan(
+        agent_id=agent.id, agent_named=model_override is None and request.model not in ("", "default"),
+        response_model=request.model or agent.name, history=tuple(history), prompt_parts=parts, continuation=continuation,
+        options=options, stream=bool(request.stream), store=store, previous_response_id=request.previous_response_id,
+        conversation_id=conversation, echo=echo,
+    )
+
+
+def check_request(request: w.ResponsesRequest) -> OpenAIError | None:
+    """What the gateway refuses rather than ignores (ignoring would answer wrongly);
+    checked before ``previous_response_id`` is looked up."""
+    if request.background:
+        return bad_request("Background responses are not supported by this gateway.", param="background")
+    if request.prompt is not None:
+        return bad_request("Stored prompts are not supported by this gateway; send instructions and input.", param="prompt")
+    if request.previous_response_id and request.conversation:
+        return bad_request("Mutually exclusive parameters: give previous_response_id or conversation, not both.", param="conversation")
+    fmt = (request.text or {}).get("format")
+    if isinstance(fmt, dict) and fmt.get("type", "text") != "text":
+        return bad_request("Only text output is supported (text.format json_schema and json_object are not).", param="text.format")
+    if request.temperature is not None and not 0 <= request.temperature <= 2:
+        return bad_request("temperature must be between 0 and 2.", param="temperature")
+    if request.max_output_tokens is not None and request.max_output_tokens < 1:
+        return bad_request("max_output_tokens must be at least 1.", param="max_output_tokens")
+    return None
+
+
+def _client_tools(tools: list[dict[str, Any]]) -> tuple[w.FunctionToolOut, ...] | OpenAIError:
+    specs: list[w.FunctionToolOut] = []
+    for i, tool in enumerate(tools):
+        if tool.get("type") != "function":
+            return bad_request(f"Only tools of type 'function' are supported, not {tool.get('type')!r}.", param=f"tools[{i}].type")
+        try:
+            spec = msgspec.convert(tool, w.FunctionToolDef)
+        except msgspec.ValidationError as exc:
+            return invalid_field(exc, f"tools[{i}]")
+        if not TOOL_NAME.match(spec.name):
+            return bad_request("Tool names must be 1-64 characters of a-z, A-Z, 0-9, _ and -.", param=f"tools[{i}].name")
+        parameters = spec.parameters or {"type": "object", "properties": {}}
+        specs.append(w.FunctionToolOut(name=spec.name, description=spec.description, parameters=parameters, strict=spec.strict is not False))
+    return tuple(specs)
+
+
+def _kind(item: dict[str, Any]) -> str:
+    kind = item.get("type")
+    return "message" if kind is None and "role" in item else str(kind)
+
+
+def _conversation(items: list[dict[str, Any]], calls: dict[str, str]) -> tuple[list[str], list[m.Message]] | OpenAIError:
+    """System/developer texts (the system prompt) and the other items as kernel messages.
+
+    ``function_call`` items join the assistant turn they follow, so that a turn's calls
+    and its text are one message, as the models expect; ``reasoning`` items are dropped
+    (the kernel keeps no reasoning in a conversation)."""
+    system: list[str] = []
+    turns: list[m.Message] = []
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        kind = _kind(item)
+        try:
+            if kind == "message":
+                message = msgspec.convert(item, w.MessageItem)
+                parts = _parts(message.content, f"{where}.content")
+                if isinstance(parts, OpenAIError):
+                    return parts
+                texts = [p.text for p in parts if isinstance(p, m.TextPart)]
+                if message.role in ("system", "developer"):
+                    if len(texts) != len(parts):
+                        return bad_request("System messages may only contain text.", param=f"{where}.content")
+                    system.append("\n".join(texts))
+                elif message.role == "assistant":
+                    if len(texts) != len(parts):
+                        return bad_request("Assistant messages may only contain text.", param=f"{where}.content")
+                    turns.append(m.Message(role="assistant", content="".join(texts)))
+                elif len(texts) == len(parts):
+                    turns.append(m.Message(role="user", content="\n".join(texts)))
+                else:
+                    turns.append(m.Message(role="user", parts=parts))
+            elif kind == "function_call":
+                call = msgspec.convert(item, w.FunctionCallItem)
+                calls[call.call_id] = call.name
+                tool_call = m.ToolCall(id=call.call_id, name=call.name, arguments=call.arguments or "{}")
+                if turns and turns[-1].role == "assistant":
+                    turns[-1] = msgspec.structs.replace(turns[-1], tool_calls=(*turns[-1].tool_calls, tool_call))
+                else:
+                    turns.append(m.Message(role="assistant", tool_calls=(tool_call,)))
+            elif kind == "function_call_output":
+                result = msgspec.convert(item, w.FunctionCallOutputItem)
+                text = _output_text(result.output, f"{where}.output")
+                if isinstance(text, OpenAIError):
+                    return text
+                turns.append(m.Message(role="tool", content=text, tool_call_id=result.call_id, name=calls.get(result.call_id)))
+            elif kind != "reasoning":
+                return bad_request(f"Unsupported input item type {kind!r}.", param=f"{where}.type")
+        except msgspec.ValidationError as exc:
+            return invalid_field(exc, where)
+    return system, turns
+
+
+def _parts(content: str | list[w.InputPart], where: str) -> tuple[m.ContentPart, ...] | OpenAIError:
+    if isinstance(content, str):
+        return (m.TextPart(content),) if content else ()
+    parts: list[m.ContentPart] = []
+    for j, part in enumerate(content):
+        if isinstance(part, (w.InputText, w.EchoedText)):
+            parts.append(m.TextPart(part.text))
+        elif isinstance(part, w.EchoedRefusal):
+            parts.append(m.TextPart(part.refusal))
+        elif isinstance(part, w.InputImage):
+            decoded = data_url(part.image_url) if part.image_url else None
+            if decoded is None:
+                return bad_request("Images must be given as base64 data: URLs in image_url.", param=f"{where}[{j}]")
+            parts.append(m.ImagePart(data=decoded[1], mime_type=decoded[0]))
+        else:
+            decoded = data_url(part.file_data) if part.file_data else None
+            if decoded is None:
+                return bad_request("Files must be given inline as file_data data: URLs.", param=f"{where}[{j}]")
+            parts.append(m.FilePart(name=part.filename or "file", data=decoded[1], content_type=decoded[0]))
+    return tuple(parts)
+
+
+def _output_text(output: str | list[w.InputPart], where: str) -> str | OpenAIError:
+    if isinstance(output, str):
+        return output
+    texts = [p.text for p in output if isinstance(p, (w.InputText, w.EchoedText))]
+    if len(texts) != len(output):
+        return bad_request("Function call outputs may only contain text.", param=where)
+    return "\n".join(texts)
+
+
+# ---------------------------------------------------------------- kernel commands
+
+
+def run_command(plan: ResponsePlan, session_id: str, response_id: str) -> m.Prompt | m.Continue:
+    """The last user message as the prompt, or a ``continue`` after function results."""
+    if plan.continuation:
+        return m.Continue(session_id=session_id, request_id=response_id, options=plan.options)
+    return m.Prompt(session_id=session_id, request_id=response_id, parts=plan.prompt_parts, options=plan.options)
+
+
+def history_until(messages: Sequence[m.Message], last_message_at: float | None) -> tuple[m.Message, ...] | None:
+    """A conversation as it was when a response ended (its last message was stamped
+    ``last_message_at``); None when that message is gone (cleared, or trimmed away)."""
+    if last_message_at is None:
+        return ()
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].created_at == last_message_at:
+            return tuple(messages[: index + 1])
+    return None
+
+
+# ---------------------------------------------------------------- errors
+
+
+def previous_not_found(response_id: str) -> OpenAIError:
+    return OpenAIError(
+        status=400, message=f"Previous response with id '{response_id}' not found.", param="previous_response_id", code="previous_response_not_found"
+    )
+
+
+def previous_in_progress(response_id: str) -> OpenAIError:
+    return bad_request(f"Previous response '{response_id}' is still in progress; continue once it has ended.", param="previous_response_id")
+
+
+def previous_gone(response_id: str) -> OpenAIError:
+    return bad_request(
+        f"Previous response '{response_id}' can no longer be continued: its conversation was cleared or trimmed past it.", param="previous_response_id"
+    )
+
+
+def conversation_not_found(session_id: str) -> OpenAIError:
+    return OpenAIError(status=404, message=f"Conversation with id '{session_id}' not found.", param="conversation", code="not_found")
+
+
+def other_agent(model: str) -> OpenAIError:
+    return bad_request(f"model {model!r} names another agent than the one holding this conversation.", param="model")
+
+
+def response_not_found(response_id: str) -> OpenAIError:
+    return OpenAIError(status=404, message=f"Response with id '{response_id}' not found.", code="not_found")
+
+
+def not_streamable() -> OpenAIError:
+    return bad_request("Streaming a stored response again is not supported; GET it without stream.", param="stream")
+
+
+# ---------------------------------------------------------------- events out
+
+_ERROR_CODES: dict[str, str] = {
+    "rate_limited": "rate_limit_exceeded",
+    "invalid_request": "invalid_prompt",
+    "parse_error": "invalid_prompt",
+    "too_large": "invalid_prompt",
+}
+
+
+def _usage(usage: m.Usage) -> w.ResponseUsage:
+    return w.ResponseUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, total_tokens=usage.total_tokens)
+
+
+class _OpenItem:
+    """The output item being streamed: a message or a reasoning summary."""
+
+    def __init__(self, kind: Literal["message", "reasoning"], item_id: str, index: int) -> None:
+        self.kind = kind
+        self.item_id = item_id
+        self.index = index
+        self.texts: list[str] = []
+
+
+class ResponseBuilder:
+    """One run's kernel events -> stream events with rising sequence numbers, and the
+    ``response`` object (its output items in order: reasoning, message, function calls).
+
+    At most one message or reasoning item is open at a time; text after reasoning opens
+    a message, reasoning after text a new reasoning item, so ``output_text`` (the
+    messages' texts joined) is the run's text. A call of one of the client's tools ends
+    the open item and becomes a complete ``function_call`` item at once (the kernel
+    announces its arguments whole).
+    """
+
+    def __init__(
+        self, *, response_id: str, created_at: int, model: str, echo: Echo, client_tools: Sequence[str], conversation_id: str | None
+    ) -> None:
+        self.response_id = response_id
+        self.created_at = created_at
+        self.model = model
+        self.echo = echo
+        self.client_tools = frozenset(client_tools)
+        self.conversation_id = conversation_id
+        self.output: list[w.OutputItem] = []
+        self.calls: dict[str, str] = {}
+        self.final: w.Response | None = None
+        self._open: _OpenItem | None = None
+        self._sequence = 0
+        self._ids = 0
+
+    def _next_id(self, prefix: str) -> str:
+        self._ids += 1
+        return f"{prefix}_{self.response_id.removeprefix('resp_')}{self._ids:03d}"
+
+    def _frame(self, event: w.StreamEvent) -> Frame:
+        event.sequence_number = self._sequence
+        self._sequence += 1
+        name = type(event).__struct_config__.tag
+        assert isinstance(name, str)
+        return name, _encode(event)
+
+    def shows(self, event: m.Event) -> bool:
+        """Whether ``event`` puts something in the response (a streamed response holds
+        its headers until then, so that an early failure keeps its HTTP status)."""
+        return isinstance(event, (m.TextDelta, m.ReasoningDelta)) or (isinstance(event, m.ToolCallStarted) and event.name in self.client_tools)
+
+    def snapshot(self, status: w.ResponseStatus = "in_progress") -> w.Response:
+        echo = self.echo
+        return w.Response(
+            id=self.response_id, created_at=self.created_at, status=status, model=self.model, output=list(self.output),
+            instructions=echo.instructions, max_output_tokens=echo.max_output_tokens, parallel_tool_calls=echo.parallel_tool_calls,
+            previous_response_id=echo.previous_response_id, reasoning=echo.reasoning or {"effort": None, "summary": None},
+            store=echo.store, temperature=echo.temperature, text=echo.text or {"format": {"type": "text"}},
+            tool_choice=echo.tool_choice, tools=list(echo.tools), top_p=echo.top_p, truncation=echo.truncation, user=echo.user,
+            metadata=echo.metadata or {}, conversation=w.ConversationRef(id=self.conversation_id) if self.conversation_id else None,
+        )
+
+    def opening(self) -> list[Frame]:
+        return [
+            self._frame(w.Created(response=self.snapshot())),
+            self._frame(w.InProgress(response=self.snapshot())),
+        ]
+
+    def feed(self, event: m.Event) -> list[Frame]:
+        if isinstance(event, m.TextDelta) and event.text:
+            return self._text("message", event.text)
+        if isinstance(event, m.ReasoningDelta) and event.text:
+            return self._text("reasoning", event.text)
+        if isinstance(event, m.ToolCallStarted) and event.name in self.client_tools:
+            return self._call(m.ToolCall(id=event.call_id, name=event.name, arguments=event.arguments))
+        return []
+
+    def _text(self, kind: Literal["message", "reasoning"], text: str) -> list[Frame]:
+        frames: list[Frame] = []
+        item = self._open
+        if item is not None and item.kind != kind:
+            frames += self._close()
+            item = None
+        if item is None:
+            frames += self._start(kind)
+            item = self._open
+            assert item is not None
+        item.texts.append(text)
+        if kind == "message":
+            frames.append(self._frame(w.TextDelta(item_id=item.item_id, output_index=item.index, content_index=0, delta=text)))
+        else:
+            frames.append(self._frame(w.SummaryTextDelta(item_id=item.item_id, output_index=item.index, summary_index=0, delta=text)))
+        return frames
+
+    def _start(self, kind: Literal["message", "reasoning"]) -> list[Frame]:
+        index = len(self.output)
+        item = _OpenItem(kind, self._next_id("msg" if kind == "message" else "rs"), index)
+        self._open = item
+        if kind == "message":
+            return [
+                self._frame(w.ItemAdded(output_index=index, item=w.OutputMessage(id=item.item_id, status="in_progress"))),
+                self._frame(w.ContentPartAdded(item_id=item.item_id, output_index=index, content_index=0, part=w.OutputText(text=""))),
+            ]
+        return [
+            self._frame(w.ItemAdded(output_index=index, item=w.Reasoning(id=item.item_id, status="in_progress"))),
+            self._frame(w.SummaryPartAdded(item_id=item.item_id, output_index=index, summary_index=0, part=w.SummaryText(""))),
+        ]
+
+    def _close(self, status: Literal["completed", "incomplete"] = "completed") -> list[Frame]:
+        item = self._open
+        if item is None:
+            return []
+        self._open = None
+        text = "".join(item.texts)
+        item_id, index = item.item_id, item.index
+        done: w.OutputItem
+        if item.kind == "message":
+            part = w.OutputText(text=text)
+            done = w.OutputMessage(id=item.item_id, status=status, content=[part])
+            frames = [
+                self._frame(w.TextDone(content_index=0, text=text, item_id=item_id, output_index=index)),
+                self._frame(w.ContentPartDone(content_index=0, part=part, item_id=item_id, output_index=index)),
+            ]
+        else:
+            summary = w.SummaryText(text)
+            done = w.Reasoning(id=item.item_id, summary=[summary], status=status)
+            frames = [
+                self._frame(w.SummaryTextDone(summary_index=0, text=text, item_id=item_id, output_index=index)),
+                self._frame(w.SummaryPartDone(summary_index=0, part=summary, item_id=item_id, output_index=index)),
+            ]
+        self.output.append(done)
+        frames.append(self._frame(w.ItemDone(output_index=item.index, item=done)))
+        return frames
+
+    def _call(self, call: m.ToolCall) -> list[Frame]:
+        if call.id in self.calls:
+            return []
+        frames = self._close()
+        self.calls[call.id] = call.name
+        index, item_id = len(self.output), self._next_id("fc")
+        started = w.FunctionCall(id=item_id, call_id=call.id, name=call.name, arguments="", status="in_progress")
+        done = w.FunctionCall(id=item_id, call_id=call.id, name=call.name, arguments=call.arguments)
+        self.output.append(done)
+        return [
+            *frames,
+            self._frame(w.ItemAdded(output_index=index, item=started)),
+            self._frame(w.ArgumentsDelta(item_id=item_id, output_index=index, delta=call.arguments)),
+            self._frame(w.ArgumentsDone(item_id=item_id, output_index=index, name=call.name, arguments=call.arguments)),
+            self._frame(w.ItemDone(output_index=index, item=done)),
+        ]
+
+    def finish(self, end: m.RunFinished | m.RunFailed, completed_at: int) -> list[Frame]:
+        """The run's end: the open item closed, calls not seen yet added, the last event."""
+        status, reason, error = outcome(end)
+        frames = self._close("completed" if status == "completed" else "incomplete")
+        if isinstance(end, m.RunFinished):
+            for call in end.pending_tool_calls:
+                frames += self._call(call)
+        response = msgspec.structs.replace(
+            self.snapshot(status), completed_at=completed_at, usage=_usage(end.usage), error=error,
+            incomplete_details=w.IncompleteDetails(reason=reason) if status == "incomplete" else None,
+        )
+        self.final = response
+        last: w.StreamEvent
+        if status == "completed":
+            last = w.Completed(response=response)
+        elif status == "failed":
+            last = w.Failed(response=response)
+        else:  # incomplete, and cancelled (the API has no event of its own for it)
+            last = w.Incomplete(response=response)
+        return [*frames, self._frame(last)]
+
+
+def outcome(end: m.RunFinished | m.RunFailed) -> tuple[w.ResponseStatus, Literal["max_output_tokens", "content_filter"] | None, w.ResponseError | None]:
+    """A run's end as the response's status, ``incomplete_details.reason`` and ``error``."""
+    if isinstance(end, m.RunFailed):
+        return "failed", None, w.ResponseError(code=_ERROR_CODES.get(end.error.code, "server_error"), message=end.error.message)
+    if end.interrupted:
+        return "cancelled", None, None
+    if end.stop_reason == "max_tokens":
+        return "incomplete", "max_output_tokens", None
+    if end.stop_reason == "refusal":
+        return "incomplete", "content_filter", None
+    if end.stop_reason in ("tool_iterations", "turn_limit"):
+        return "incomplete", None, None
+    return "completed", None, None
+
+
+def encode(value: w.Response | w.Deleted) -> bytes:
+    return _encode(value)

@@ -1,0 +1,298 @@
+"""OpenAI Responses routes: ``POST /v1/responses``, ``GET`` / ``DELETE /v1/responses/{id}``.
+
+A response is one kernel run, followed by the kernel's run follower under the
+transport's OpenAI approval policy (nobody can answer a question on this API). Where
+it runs:
+
+* ``store`` (the default): in a kernel session, which other dialects can see and
+  continue (its id is the response's ``conversation.id`` and the ``x-session-id``
+  header); ``previous_response_id`` continues that session where the response left it
+  (in place when it is still the latest turn, else in a new session holding the
+  conversation up to it) and ``conversation`` continues a session as it is now;
+* ``store: false``: in an ephemeral session (a copy, when it continues one), deleted
+  when the answer is out: nothing is written.
+
+Stored responses are kept in a bounded map of this process (``stored.py``). A client
+that disconnects interrupts the run; its response ends ``cancelled``. Streams hold
+their headers until the run's first output, so that a failure before it keeps its
+HTTP status (a rate limit, as OpenAI answers it); after that a failure is
+``response.failed``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+
+from kernel import Kernel, KernelError, RunFollower
+from kernel import model as m
+from transports.shared import Request, Response, Router, format_sse, json_response, open_sse, write_frames
+
+from ..openai.codec import client_gone, from_error_info, run_timeout
+from ..openai.wire import OpenAIError
+from ..runs import Unanswered, read_run
+from . import codec
+from . import wire as w
+from .codec import Frame, ResponseBuilder, ResponsePlan
+from .stored import ResponseStore, StoredResponse
+
+log = logging.getLogger("gateway.http")
+
+#: The label of the sessions this API creates (it unloads them between requests).
+SESSION_LABEL = "openai responses"
+#: How long a run interrupted because its client left may take to record its end.
+SETTLE_S = 5.0
+
+
+class _Refused(Exception):
+    """A request refused while its conversation is looked up, with OpenAI's error."""
+
+    def __init__(self, error: OpenAIError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def _error(error: OpenAIError) -> Response:
+    return json_response(error.status, error.body(), headers=error.headers)
+
+
+class ResponsesApi:
+    def __init__(self, kernel: Kernel, *, keepalive_s: float, run_timeout_s: float, policy: m.ApprovalPolicy, stored: ResponseStore) -> None:
+        self.kernel = kernel
+        self.keepalive_s = keepalive_s
+        self.run_timeout_s = run_timeout_s
+        self.policy = policy
+        self.stored = stored
+
+    def register(self, router: Router) -> None:
+        router.post("/v1/responses")(self.create)
+        router.get("/v1/responses/{response_id}")(self.retrieve)
+        router.delete("/v1/responses/{response_id}")(self.delete)
+
+    # ---------------------------------------------------------- stored responses
+
+    async def retrieve(self, request: Request) -> Response:
+        if request.query.get("stream", "").lower() in ("1", "true"):
+            return _error(codec.not_streamable())
+        record = self.stored.get(request.path_params["response_id"])
+        if record is None:
+            return _error(codec.response_not_found(request.path_params["response_id"]))
+        return Response(200, record.body, content_type="application/json")
+
+    async def delete(self, request: Request) -> Response:
+        """Forgets the response; its conversation stays (a kernel session: delete it there)."""
+        response_id = request.path_params["response_id"]
+        if not self.stored.delete(response_id):
+            return _error(codec.response_not_found(response_id))
+        return json_response(200, w.Deleted(id=response_id))
+
+    # ---------------------------------------------------------- create
+
+    async def create(self, request: Request) -> Response | None:
+        parsed = codec.decode_request(await request.body())
+        if isinstance(parsed, OpenAIError):
+            return _error(parsed)
+        refused = codec.check_request(parsed)
+        if refused is not None:
+            return _error(refused)
+        previous: StoredResponse | None = None
+        if parsed.previous_response_id:
+            previous = self.stored.get(parsed.previous_response_id)
+            if previous is None:
+                return _error(codec.previous_not_found(parsed.previous_response_id))
+            if not previous.done:
+                return _error(codec.previous_in_progress(parsed.previous_response_id))
+        agents = [self.kernel.agent_info(agent) for agent in self.kernel.settings.agents]
+        plan = codec.plan_response(
+            parsed, agents, context_limit=self.kernel.settings.session.history_cap, known_calls=previous.calls if previous else None
+        )
+        if isinstance(plan, OpenAIError):
+            return _error(plan)
+        response_id = f"resp_{uuid.uuid4().hex}"
+        try:
+            async with self._conversation(plan, previous) as session_id:
+                builder = ResponseBuilder(
+                    response_id=response_id, created_at=int(time.time()), model=plan.response_model, echo=plan.echo,
+                    client_tools=[tool.name for tool in plan.options.client_tools], conversation_id=session_id if plan.store else None,
+                )
+                command = codec.run_command(plan, session_id, response_id)
+                async with await RunFollower.start(self.kernel, command, policy=self.policy, client="http") as run:
+                    if plan.store:
+                        self.stored.put(StoredResponse(response_id=response_id, session_id=session_id, body=codec.encode(builder.snapshot())))
+                    try:
+                        if plan.stream:
+                            return await self._stream(request, run, builder)
+                        return await self._complete(request, run, builder)
+                    finally:
+                        await self._settle(run, builder)
+        except _Refused as exc:
+            return _error(exc.error)
+        except KernelError as exc:
+            return _error(from_error_info(exc.info()))
+
+    async def _complete(self, request: Request, run: RunFollower, builder: ResponseBuilder) -> Response:
+        seen, why = await read_run(request, run, timeout_s=self.run_timeout_s)
+        if why is not None:
+            return await self._unanswered(run, why)
+        for event in seen:
+            builder.feed(event)
+        end = run.end
+        assert end is not None
+        await self._finish(builder, end)
+        if isinstance(end, m.RunFailed):
+            return _error(from_error_info(end.error))
+        assert builder.final is not None
+        return Response(200, codec.encode(builder.final), content_type="application/json", headers=self._headers(builder))
+
+    async def _stream(self, request: Request, run: RunFollower, builder: ResponseBuilder) -> Response | None:
+        pending, why = await read_run(request, run, timeout_s=self.run_timeout_s, until=builder.shows)
+        if why is not None:
+            return await self._unanswered(run, why)
+        if isinstance(run.end, m.RunFailed) and not any(builder.shows(event) for event in pending):
+            await self._finish(builder, run.end)
+            return _error(from_error_info(run.end.error))
+        send_timeout_s = self.kernel.settings.session.lag_grace_s  # a reader that stopped is let go
+        async with open_sse(request, keepalive_interval_s=self.keepalive_s, headers=self._headers(builder), send_timeout_s=send_timeout_s) as stream:
+            frames = builder.opening()
+            batch = pending
+            while True:
+                for event in batch:
+                    frames += builder.feed(event)
+                end = run.end
+                if end is not None:
+                    frames += await self._finish(builder, end)
+                if not await write_frames(stream, [format_sse(data, event=name) for name, data in frames]) or end is not None:
+                    break
+                frames = []
+                batch = await run.next_batch()
+        return None
+
+    async def _unanswered(self, run: RunFollower, why: Unanswered) -> Response:
+        await run.interrupt()
+        return _error(client_gone() if why == "gone" else run_timeout(self.run_timeout_s))
+
+    @staticmethod
+    def _headers(builder: ResponseBuilder) -> dict[str, str]:
+        headers = {"x-request-id": builder.response_id}
+        if builder.conversation_id is not None:
+            headers["x-session-id"] = builder.conversation_id
+        return headers
+
+    async def _finish(self, builder: ResponseBuilder, end: m.RunFinished | m.RunFailed) -> list[Frame]:
+        """The response's last events; a stored response is recorded first, so that a
+        client reading its end can continue from it at once."""
+        frames = builder.finish(end, int(time.time()))
+        stored = self.stored.get(builder.response_id)
+        if stored is None or builder.final is None:  # not stored, or deleted or dropped meanwhile
+            return frames
+        try:
+            latest = await self._history(stored.session_id, limit=1)
+        except KernelError as exc:  # the conversation is gone: so is what continues it
+            log.debug("recording response %s: %s", builder.response_id, exc.message)
+            self.stored.delete(builder.response_id)
+            return frames
+        self.stored.put(
+            StoredResponse(
+                response_id=stored.response_id, session_id=stored.session_id, body=codec.encode(builder.final), done=True,
+                last_message_at=latest[-1].created_at if latest else None, calls=dict(builder.calls),
+            )
+        )
+        return frames
+
+    async def _settle(self, run: RunFollower, builder: ResponseBuilder) -> None:
+        """After the answer: a run its client left is interrupted, and its end recorded."""
+        if builder.final is not None:
+            return
+        with anyio.CancelScope(shield=True):
+            await run.interrupt()
+            with anyio.move_on_after(SETTLE_S):
+                await run.wait()
+            end = run.end or m.RunFailed(
+                session_id=run.session_id, run_id=run.run_id or "", request_id=run.request_id,
+                error=m.ErrorInfo(code="internal", message=f"the run did not end within {SETTLE_S:g}s of its interrupt"),
+            )
+            await self._finish(builder, end)
+
+    # ---------------------------------------------------------- sessions
+
+    @asynccontextmanager
+    async def _conversation(self, plan: ResponsePlan, previous: StoredResponse | None) -> AsyncIterator[str]:
+        """The session the response runs in, with the request's input saved as its history."""
+        in_place, copied, agent_id = await self._source(plan, previous)
+        if in_place is not None:
+            session_id = in_place
+        else:
+            opened = await self.kernel.execute(m.OpenSession(agent_id=agent_id, label=SESSION_LABEL, ephemeral=not plan.store))
+            assert isinstance(opened, m.SessionOpened)
+            session_id = opened.session.session_id
+        try:
+            history = (*copied, *plan.history)
+            if history:
+                await self.kernel.execute(m.SaveHistory(session_id=session_id, messages=history))
+            yield session_id
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._release(session_id, ephemeral=not plan.store)
+
+    async def _source(self, plan: ResponsePlan, previous: StoredResponse | None) -> tuple[str | None, tuple[m.Message, ...], str]:
+        """Where the conversation comes from: a session to continue in place, or the
+        messages to copy into a new one; and the agent."""
+        if plan.conversation_id is not None:
+            info = await self._session(plan.conversation_id, codec.conversation_not_found(plan.conversation_id))
+            self._check_agent(plan, info)
+            if plan.store:
+                return info.session_id, (), info.agent_id
+            return None, await self._history(info.session_id), info.agent_id
+        if previous is not None:
+            info = await self._session(previous.session_id, codec.previous_not_found(previous.response_id))
+            self._check_agent(plan, info)
+            if plan.store:
+                latest = await self._history(info.session_id, limit=1)
+                if (latest[-1].created_at if latest else None) == previous.last_message_at:
+                    return info.session_id, (), info.agent_id
+            copied = codec.history_until(await self._history(info.session_id), previous.last_message_at)
+            if copied is None:
+                raise _Refused(codec.previous_gone(previous.response_id))
+            return None, copied, info.agent_id
+        return None, (), plan.agent_id
+
+    async def _session(self, session_id: str, missing: OpenAIError) -> m.SessionInfo:
+        try:
+            reply = await self.kernel.execute(m.GetSession(session_id=session_id))
+        except KernelError as exc:
+            if exc.code == "not_found":
+                raise _Refused(missing) from None
+            raise
+        assert isinstance(reply, m.SessionOpened)
+        return reply.session
+
+    def _check_agent(self, plan: ResponsePlan, info: m.SessionInfo) -> None:
+        if plan.agent_named and info.agent_id != plan.agent_id:
+            raise _Refused(codec.other_agent(plan.response_model))
+
+    async def _history(self, session_id: str, limit: int | None = None) -> tuple[m.Message, ...]:
+        reply = await self.kernel.execute(m.GetHistory(session_id=session_id, limit=limit))
+        assert isinstance(reply, m.HistoryView)
+        return reply.messages
+
+    async def _release(self, session_id: str, *, ephemeral: bool) -> None:
+        """An ephemeral session is deleted; one this API created is unloaded while nobody
+        follows it (it reloads from the store when continued), so that clients sending
+        whole conversations do not keep a live session each."""
+        try:
+            if ephemeral:
+                await self.kernel.execute(m.DeleteSession(session_id=session_id))
+                return
+            reply = await self.kernel.execute(m.GetSession(session_id=session_id))
+            assert isinstance(reply, m.SessionOpened)
+            info = reply.session
+            if info.label == SESSION_LABEL and info.subscribers == 0 and info.run_id is None and info.queued == 0:
+                await self.kernel.execute(m.CloseSession(session_id=session_id, if_unwatched=True))
+        except KernelError as error:
+            log.debug("releasing session %s: %s", session_id, error.message)
+
