@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from kernel import model as m
-from transports.shared.jsonwire import decode_json
+from transports.shared.jsonwire import TOO_DEEP, decode_json
 
 from .coalesce import DeltaCoalescer
 from .sessionids import public_session_id
@@ -151,7 +151,9 @@ def decode_frame(text: str, ctx: DecodeContext) -> Decoded:
     """One client frame → what to do.  Never raises (fuzzed)."""
     try:
         parsed: Any = decode_json(text)
-    except msgspec.DecodeError:
+    except msgspec.DecodeError as exc:
+        if str(exc) == TOO_DEEP:  # JSON, but deeper than anything decodes: not plain text either
+            return Decoded(ErrorOut(content=f"Invalid message: {TOO_DEEP}"))
         parsed = {"type": "message", "content": text}
     obj: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
     kind = obj.get("type")
