@@ -10,6 +10,10 @@ the call id), the arguments a failed tool was called with, pending clears.
 Reply rules (see ``docs/agent-cli.md``): a run ends with exactly one of ``Text``
 (non-stream), the end marker ``Complete`` (stream) or an error frame; questions
 and tool activity go out under the id of the request that started the run.
+Non-streaming means one request, one reply (the document's client reads once per
+request): tool activity travels only in streams, or inside the final reply as a
+``Multi`` when ``non_stream_tool_activity = "multi"``; a question still goes out at
+once, since the run cannot end without its answer.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from . import wire
 from .inputs import BadRequest, Limits, ParsedRequest, instruction_args, parse_request
 
 CompleteTag = Literal["Complete", "StreamComplete"]
+#: Tool activity of a non-streaming run: left out of its one reply, or inside it as ``Multi``.
+NonStreamToolActivity = Literal["omit", "multi"]
 
 #: Kernel error codes -> the document's error kinds (the leading word of ``error``).
 ERROR_KINDS: dict[str, str] = {"parse_error": "parse_error", "timeout": "timeout_error"}
@@ -62,6 +68,8 @@ class Incoming(msgspec.Struct, frozen=True, kw_only=True):
 class _Run(msgspec.Struct, kw_only=True):
     request_id: str
     stream: bool
+    #: ``ToolCall``/``ToolResult`` bodies kept for the final ``Multi`` of a non-streaming run.
+    activity: list[Any] = msgspec.field(default_factory=list)
 
 
 class _Approval(msgspec.Struct, kw_only=True):
@@ -77,12 +85,14 @@ class AgentCliCodec:
         session_id: str,
         *,
         complete_tag: CompleteTag = "Complete",
+        non_stream_tool_activity: NonStreamToolActivity = "omit",
         limits: Limits = Limits(),
         max_queued_requests: int = 8,
         approval: m.ApprovalPolicy | None = None,
     ) -> None:
         self.session_id = session_id
         self.complete_tag = complete_tag
+        self.non_stream_tool_activity = non_stream_tool_activity
         self.limits = limits
         self.max_queued_requests = max_queued_requests
         #: The policy prompts carry (the transport's ``tool_approval``); None: the kernel's default.
@@ -219,14 +229,14 @@ class AgentCliCodec:
         if isinstance(event, m.ToolCallStarted):
             args = json_value(event.arguments)
             self._call_args[event.call_id] = (event.run_id, args)
-            return [_frame(self._run(event).request_id, wire.ToolCallBody(wire.NamedArgs(name=event.name, arguments=args)))]
+            return self._tool_activity(self._run(event), wire.ToolCallBody(wire.NamedArgs(name=event.name, arguments=args)))
         if isinstance(event, m.ToolApprovalRequested):
             rid = self._run(event).request_id
             self.approvals[event.call_id] = _Approval(call_id=event.call_id, run_id=event.run_id, name=event.name, request_id=rid)
             info = wire.ConfirmationInfo(name=event.name, arguments=json_value(event.arguments), description=event.description or None)
             return [_frame(rid, wire.ToolConfirmationBody(info))]
         if isinstance(event, m.ToolResult):
-            return [self._tool_result(event)]
+            return self._tool_result(event)
         if isinstance(event, m.TurnLimitReached):
             turns = wire.TurnInfo(current_turns=event.current_turns, max_turns=event.max_turns, reason=TURN_QUESTION.format(max=event.max_turns))
             return [_frame(self._run(event).request_id, wire.TurnConfirmationBody(turns))]
@@ -242,8 +252,17 @@ class AgentCliCodec:
             return [_frame(event.request_id, wire.TextBody("Context cleared."), None, wire.ZERO_USAGE)]
         return []  # run_started, turn_started, reasoning: nothing in this dialect
 
-    def _tool_result(self, event: m.ToolResult) -> wire.RemoteResponse:
-        rid = self._run(event).request_id
+    def _tool_activity(self, run: _Run, body: Any) -> list[wire.RemoteResponse]:
+        """A ``ToolCall``/``ToolResult``: its own frame in a stream; in a non-streaming run
+        kept for the final ``Multi`` (option ``multi``) or left out (the default)."""
+        if run.stream:
+            return [_frame(run.request_id, body)]
+        if self.non_stream_tool_activity == "multi":
+            run.activity.append(body)
+        return []
+
+    def _tool_result(self, event: m.ToolResult) -> list[wire.RemoteResponse]:
+        run = self._run(event)
         self.approvals.pop(event.call_id, None)
         args: Any = self._call_args.pop(event.call_id, ("", {}))[1]
         if event.outcome != "ok" and event.outcome not in m.REFUSED_OUTCOMES:  # it ran and failed; a refusal is a result
@@ -252,23 +271,23 @@ class AgentCliCodec:
                 message=f"Tool '{event.name}' execution failed",
                 details=wire.ToolErrorDetails(tool=event.name, error=event.error or event.result, arguments=args),
             )
-            return _frame(rid, wire.TextBody(""), _encode(error).decode("utf-8"))
-        return _frame(rid, wire.ToolResultBody(wire.NamedResult(name=event.name, result=event.result)))
+            if not run.stream:  # inside a Multi the failure is the result, in the document's structured shape
+                return self._tool_activity(run, wire.ToolResultBody(wire.NamedResult(name=event.name, result=error)))
+            return [_frame(run.request_id, wire.TextBody(""), _encode(error).decode("utf-8"))]
+        return self._tool_activity(run, wire.ToolResultBody(wire.NamedResult(name=event.name, result=event.result)))
 
     def _finished(self, event: m.RunFinished) -> list[wire.RemoteResponse]:
         run = self._run(event, end=True)
         self._forget_run(event.run_id)
         rid, tokens = run.request_id, usage(event.usage)
-        frames: list[wire.RemoteResponse] = []
-        if event.stop_reason == "turn_limit":
-            frames.append(_frame(rid, wire.TextBody(TURN_DECLINED), None, tokens))
-            if not run.stream:
-                return frames
         if run.stream:
+            frames = [_frame(rid, wire.TextBody(TURN_DECLINED), None, tokens)] if event.stop_reason == "turn_limit" else []
             info = wire.CompleteInfo(token_usage=tokens, interrupted=event.interrupted)
             body = wire.CompleteBody(info) if self.complete_tag == "Complete" else wire.StreamCompleteBody(info)
             return [*frames, _frame(rid, body)]
-        return [_frame(rid, wire.TextBody(event.text), "interrupted" if event.interrupted else None, tokens)]
+        text = wire.TextBody(TURN_DECLINED if event.stop_reason == "turn_limit" else event.text)
+        reply = wire.MultiBody([*run.activity, text]) if run.activity else text
+        return [_frame(rid, reply, "interrupted" if event.interrupted else None, tokens)]
 
     def _forget_run(self, run_id: str) -> None:
         """A run ended: no question of it can still be pending, no call of it still open."""

@@ -18,6 +18,9 @@ class AgentCliConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
     path: str = "/"
     agent: str | None = None
     complete_tag: Literal["Complete", "StreamComplete"] = "Complete"
+    #: A non-streaming request gets one reply; its tool activity is left out (``"omit"``)
+    #: or sent inside that reply as ``{"Multi": [ToolCall, ToolResult, ..., Text]}``.
+    non_stream_tool_activity: Literal["omit", "multi"] = "omit"
     approval_timeout_s: float = 300.0
     max_turns: int | None = None
     #: Questions of a run (tool approval, the turn limit): ``"ask"`` the client (a

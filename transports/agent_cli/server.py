@@ -93,6 +93,7 @@ class _Connection:
         self.codec = AgentCliCodec(
             session_id,
             complete_tag=config.complete_tag,
+            non_stream_tool_activity=config.non_stream_tool_activity,
             limits=limits,
             max_queued_requests=config.max_queued_requests,
             approval=config.approval(),

@@ -155,6 +155,13 @@ class ToolResultBody(msgspec.Struct):
     value: NamedResult = msgspec.field(name="ToolResult")
 
 
+class MultiBody(msgspec.Struct):
+    """A composite reply: the tool activity of a non-streaming run, then its ``Text``
+    (``non_stream_tool_activity = "multi"``)."""
+
+    value: list[Any] = msgspec.field(name="Multi")
+
+
 class ToolConfirmationBody(msgspec.Struct):
     value: ConfirmationInfo = msgspec.field(name="ToolConfirmationRequest")
 
@@ -163,7 +170,17 @@ class TurnConfirmationBody(msgspec.Struct):
     value: TurnInfo = msgspec.field(name="TurnConfirmationRequest")
 
 
-Body = TextBody | StreamBody | CompleteBody | StreamCompleteBody | ToolCallBody | ToolResultBody | ToolConfirmationBody | TurnConfirmationBody
+Body = (
+    TextBody
+    | StreamBody
+    | CompleteBody
+    | StreamCompleteBody
+    | ToolCallBody
+    | ToolResultBody
+    | MultiBody
+    | ToolConfirmationBody
+    | TurnConfirmationBody
+)
 
 
 class RemoteResponse(msgspec.Struct, kw_only=True):

@@ -48,9 +48,9 @@ def body(frame: Frame) -> tuple[str, Any]:
 
 
 def is_end(frame: Frame) -> bool:
-    """Whether a frame ends its request: Text, Complete, or an error that is not a tool error."""
+    """Whether a frame ends its request: Text or Multi, Complete, or an error that is not a tool error."""
     name, _ = body(frame)
-    if name in ("Complete", "StreamComplete"):
+    if name in ("Complete", "StreamComplete", "Multi"):
         return True
     if name != "Text":
         return False

@@ -297,6 +297,73 @@ def test_tool_frames_and_structured_tool_error() -> None:
     }
 
 
+TOOL_EVENTS = (
+    m.ToolCallStarted(**IDS, call_id="c1", name="add", arguments='{"a":1,"b":2}'),
+    m.ToolResult(**IDS, call_id="c1", name="add", result="3"),
+    m.ToolCallStarted(**IDS, call_id="c2", name="boom", arguments='{"x":1}'),
+    m.ToolResult(**IDS, call_id="c2", name="boom", result="tool error: disk on fire", outcome="error", error="disk on fire", is_error=True),
+)
+
+
+def test_non_stream_tool_activity_is_not_sent_by_default() -> None:
+    c = codec()
+    started(c, stream=False)
+    assert frames(c, *TOOL_EVENTS, m.TextDelta(**IDS, text="done")) == []  # one request, one reply
+    (end,) = frames(c, m.RunFinished(**IDS, text="done", usage=USAGE))
+    assert end == {"request_id": "r1", "response": {"Text": "done"}, "error": None, "token_usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}}
+    assert c.runs == {} and c._call_args == {}
+
+
+def test_non_stream_tool_activity_as_multi() -> None:
+    c = codec(non_stream_tool_activity="multi")
+    started(c, stream=False)
+    assert frames(c, *TOOL_EVENTS) == []
+    (end,) = frames(c, m.RunFinished(**IDS, text="done", usage=USAGE))
+    failure = {"type": "tool_execution_error", "message": "Tool 'boom' execution failed", "details": {"tool": "boom", "error": "disk on fire", "arguments": {"x": 1}}}
+    assert end["response"] == {
+        "Multi": [
+            {"ToolCall": {"name": "add", "arguments": {"a": 1, "b": 2}}},
+            {"ToolResult": {"name": "add", "result": "3"}},
+            {"ToolCall": {"name": "boom", "arguments": {"x": 1}}},
+            {"ToolResult": {"name": "boom", "result": failure}},
+            {"Text": "done"},
+        ]
+    }
+    assert end["error"] is None and end["token_usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
+    # Without tool activity, interrupted, or at a declined turn limit: the same one reply.
+    started(c, stream=False, run_id="run2", rid="r2")
+    ids2 = {**IDS, "run_id": "run2", "request_id": "r2"}
+    (plain,) = frames(c, m.RunFinished(**ids2, text="no tools"))
+    assert plain["response"] == {"Text": "no tools"}
+    started(c, stream=False, run_id="run3", rid="r3")
+    ids3 = {**IDS, "run_id": "run3", "request_id": "r3"}
+    frames(c, m.ToolCallStarted(**ids3, call_id="c3", name="add", arguments="{}"))
+    (cut,) = frames(c, m.RunFinished(**ids3, text="par", interrupted=True, stop_reason="interrupted"))
+    assert cut["response"] == {"Multi": [{"ToolCall": {"name": "add", "arguments": {}}}, {"Text": "par"}]} and cut["error"] == "interrupted"
+    started(c, stream=False, run_id="run4", rid="r4")
+    ids4 = {**IDS, "run_id": "run4", "request_id": "r4"}
+    frames(c, m.ToolCallStarted(**ids4, call_id="c4", name="add", arguments="{}"), m.ToolResult(**ids4, call_id="c4", name="add", result="0"))
+    (declined,) = frames(c, m.RunFinished(**ids4, text="", stop_reason="turn_limit"))
+    assert declined["response"]["Multi"][-1] == {"Text": TURN_DECLINED}
+
+
+def test_streams_keep_their_tool_frames_whatever_the_option() -> None:
+    c = codec(non_stream_tool_activity="multi")
+    started(c, stream=True)
+    out = frames(c, *TOOL_EVENTS)
+    assert [next(iter(f["response"])) for f in out] == ["ToolCall", "ToolResult", "ToolCall", "Text"]
+    assert json.loads(out[3]["error"])["type"] == "tool_execution_error"
+
+
+def test_non_stream_confirmation_is_sent_without_a_tool_call_frame() -> None:
+    for activity in ("omit", "multi"):
+        c = codec(non_stream_tool_activity=activity)
+        started(c, stream=False)
+        call = m.ToolCallStarted(**IDS, call_id="c1", name="add", arguments='{"a":1}', needs_approval=True)
+        (ask,) = frames(c, call, m.ToolApprovalRequested(**IDS, call_id="c1", name="add", arguments='{"a":1}', description="Add"))
+        assert ask["request_id"] == "r1" and ask["response"] == {"ToolConfirmationRequest": {"name": "add", "arguments": {"a": 1}, "description": "Add"}}
+
+
 def test_tool_confirmation_round_trip() -> None:
     c = codec()
     started(c, stream=False, rid="chat_123")

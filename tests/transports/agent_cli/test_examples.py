@@ -129,19 +129,19 @@ async def test_tool_confirmation_protocol_example() -> None:
         async def go() -> Any:
             async with client(url) as c:
                 await c.send({"request_id": "chat_123", "input": {"Text": "1+2?"}, "config": {"ask_before_tool_execution": True}})
-                asked = await c.until(lambda f: "ToolConfirmationRequest" in f["response"])
+                asked = await c.recv()  # a non-streaming request: the question, then its one reply
                 await c.send(TOOL_CONFIRMATION)
-                return asked, await c.until_end("chat_123")
+                return asked, await c.recv()
 
-        asked, rest = await in_asyncio(go)
-    assert asked[-1] == {
+        asked, answer = await in_asyncio(go)
+    assert asked == {
         "request_id": "chat_123",
         "response": {"ToolConfirmationRequest": {"name": "add", "arguments": {"a": 1, "b": 2}, "description": "Add two numbers"}},
         "error": None,
         "token_usage": None,
     }
-    assert [f["response"] for f in rest] == [{"ToolResult": {"name": "add", "result": "3"}}, {"Text": "1 + 2 = 3"}]
-    assert all(f["request_id"] == "chat_123" for f in rest)
+    assert answer == {"request_id": "chat_123", "response": {"Text": "1 + 2 = 3"}, "error": None, "token_usage": {"prompt_tokens": 7, "completion_tokens": 7, "total_tokens": 14}}
+    assert provider.requests[1].messages[-1].content == "3"  # approved: the tool ran
 
 
 @pytest.mark.parametrize("answer", [TURN_CONFIRM, TURN_DECLINE])

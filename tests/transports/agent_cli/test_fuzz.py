@@ -123,9 +123,14 @@ def events(draw: st.DrawFn) -> m.Event:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.booleans(), max_size=3), st.lists(st.lists(events(), max_size=6), max_size=6), st.sampled_from(["Complete", "StreamComplete"]))
-def test_event_sequences_never_raise(streams: list[bool], batches: list[list[m.Event]], tag: Any) -> None:
-    codec = AgentCliCodec("s", complete_tag=tag)
+@given(
+    st.lists(st.booleans(), max_size=3),
+    st.lists(st.lists(events(), max_size=6), max_size=6),
+    st.sampled_from(["Complete", "StreamComplete"]),
+    st.sampled_from(["omit", "multi"]),
+)
+def test_event_sequences_never_raise(streams: list[bool], batches: list[list[m.Event]], tag: Any, activity: Any) -> None:
+    codec = AgentCliCodec("s", complete_tag=tag, non_stream_tool_activity=activity)
     for n, stream in enumerate(streams):
         incoming = codec.decode(json.dumps({"request_id": f"r{n + 1}", "input": {"Text": "x"}, "stream": stream}))
         assert isinstance(incoming, Incoming)

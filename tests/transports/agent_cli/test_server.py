@@ -204,23 +204,19 @@ async def test_tool_confirmation(mode: str) -> None:
 
         out = await in_asyncio(go)
     ask = out["ask"][-1]
-    assert names(out["ask"]) == ["ToolCall", "ToolConfirmationRequest"]
+    assert names(out["ask"]) == ["ToolConfirmationRequest"]  # non-streaming: no ToolCall frame before it
     assert ask["request_id"] == "chat_123"
     assert body(ask)[1] == {"name": "add", "arguments": {"a": 1, "b": 2}, "description": "Add two numbers"}
-    rest = out["rest"]
-    assert all(f["request_id"] == "chat_123" for f in rest)
-    assert rest[-1]["response"] == {"Text": "finished"}
+    # Then the run's one reply (no ToolResult frame), under the run's own request id.
+    assert out["rest"] == [{"request_id": "chat_123", "response": {"Text": "finished"}, "error": None, "token_usage": {"prompt_tokens": 7, "completion_tokens": 7, "total_tokens": 14}}]
     tool_message = provider.requests[1].messages[-1]
     if mode == "approve":
-        assert names(rest) == ["ToolResult", "Text"] and body(rest[0])[1] == {"name": "add", "result": "3"}
         assert tool_message.content == "3"
     elif mode == "reject":
         assert out["wrong"][-1]["error"] == "processing_error: no pending confirmation for tool 'other' (waiting for 'add')"
-        assert body(rest[0])[1]["result"] == "tool call rejected: the user declined to run add (not now)"
         assert tool_message.content == "tool call rejected: the user declined to run add (not now)"
     else:
-        assert names(rest) == ["ToolResult", "Text"]
-        assert body(rest[0])[1]["result"] == "tool call rejected: the user declined to run add (approval timed out)"
+        assert tool_message.content == "tool call rejected: the user declined to run add (approval timed out)"
     assert out["late"][-1]["error"] == "processing_error: no tool confirmation is pending"
 
 
@@ -231,11 +227,12 @@ async def test_tool_requiring_approval_asks_without_the_request_flag() -> None:
         async def go() -> Any:
             async with client(url) as c:
                 await c.send(text("g", "go", stream=True))
-                await c.until(lambda f: "ToolConfirmationRequest" in f["response"])
+                asked = await c.until(lambda f: "ToolConfirmationRequest" in f["response"])
                 await c.send(confirm("yes", True, name="guarded"))
-                return await c.until_end("g")
+                return asked, await c.until_end("g")
 
-        frames = await in_asyncio(go)
+        asked, frames = await in_asyncio(go)
+    assert names(asked) == ["ToolCall", "ToolConfirmationRequest"]  # a stream keeps its per-event frames
     assert names(frames) == ["ToolResult", "Stream", "Complete"] and body(frames[0])[1]["result"] == "4"
 
 
