@@ -30,6 +30,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "transports.packet.client": ("BackendClient",),
     "transports.packet.config": ("PacketConfig",),
     "transports.packet.server": ("ConnectedServer", "PacketTransport", "connect"),
+    "transports.packet.settingsfile": ("SettingsFileError",),
     "transports.packet.wire": ("Packet", "PacketResponse", "PacketType"),
     "gateway.embedded": ("BackendServer", "default_kernel_factory"),
 }
@@ -43,4 +44,5 @@ if TYPE_CHECKING:
     from .client import BackendClient
     from .config import PacketConfig
     from .server import ConnectedServer, PacketTransport, connect
+    from .settingsfile import SettingsFileError
     from .wire import Packet, PacketResponse, PacketType

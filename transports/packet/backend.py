@@ -5,7 +5,8 @@ Runs in the kernel's event loop. Every request is its own task, so a long
 belong to one conversation (one kernel session), so they are answered one at a
 time in arrival order (a fair lock) instead of piling into the session's bounded
 inbox. A request abandoned by its caller (timeout) interrupts its own run, so the
-conversation is free for the next message.
+conversation is free for the next message. With a settings file (the embedded
+``BackendServer``'s ``config_file``) every ``set_settings`` is written to it too.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import msgspec
 
 from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
 
 from . import codec
+from .settingsfile import SettingsFile
 from .wire import Answer
 
 log = logging.getLogger("gateway.packet")
@@ -37,8 +40,11 @@ class PacketBackend:
         agent: str | None = None,
         facts: Callable[[], dict[str, Any]] | None = None,
         abandon_grace_s: float = 5.0,
+        settings_file: SettingsFile | None = None,
     ) -> None:
         self.kernel = kernel
+        self.settings_file = settings_file
+        self._settings_saved = anyio.Lock()  # the file is written in the order the kernel applied the changes
         self.policy = policy
         self.session_id = session_id
         self.agent_id = kernel.agent(agent).agent_id() if agent else None
@@ -83,12 +89,15 @@ class PacketBackend:
         try:
             if isinstance(request, m.Prompt):
                 return await self._message(request)
+            if isinstance(request, codec.SettingsUpdate):
+                return await self._set_settings(request)
             if isinstance(request, (m.ExecuteTool, m.GetHistory, m.SaveHistory)):
                 await self.open()  # these would make a session of the default agent
             reply = await self.kernel.execute(request)
             if isinstance(reply, m.StatusReport):
                 return codec.ok(codec.status_data(reply, self.kernel.settings_view(), self.facts()))
-            return codec.reply_answer(codec.packet_kind(packet_type) or "", reply)
+            app = self.settings_file.app_settings() if self.settings_file is not None else None
+            return codec.reply_answer(codec.packet_kind(packet_type) or "", reply, app)
         except KernelError as exc:
             return codec.error_answer(exc)
         except Exception as exc:
@@ -96,6 +105,22 @@ class PacketBackend:
                 return codec.fail(codec.SHUT_DOWN)
             log.exception("packet: %s failed", codec.packet_kind(packet_type))
             return codec.fail(f"internal error: {type(exc).__name__}: {exc}")
+
+    async def _set_settings(self, update: codec.SettingsUpdate) -> Answer:
+        """Apply the kernel's part, then write the settings file (when there is one)."""
+        if update.app and self.settings_file is None:
+            keys = ", ".join(update.app)
+            return codec.fail(f"{keys}: kept in a BackendServer's config_file; this packet endpoint has none")
+        async with self._settings_saved:
+            reply = await self.kernel.execute(update.command)
+            if self.settings_file is not None:
+                settings_file = self.settings_file
+                content = settings_file.content(self.kernel.settings, update.command.changes, update.app)
+                try:
+                    await anyio.to_thread.run_sync(settings_file.save, content)
+                except OSError as exc:
+                    return codec.fail(f"settings applied, but not saved to {settings_file.path}: {exc.strerror or exc}")
+        return codec.reply_answer("set_settings", reply)
 
     async def _message(self, prompt: m.Prompt) -> Answer:
         async with self._turns:

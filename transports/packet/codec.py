@@ -9,6 +9,7 @@ calls, so the whole dialect is testable on plain data. The shapes are in
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import msgspec
@@ -36,6 +37,12 @@ LIMIT_KEYS = (
     "memory_query_max",
     "memory_update_max",
 )
+#: The model's API settings in ``api_config``; the kernel keeps them.
+API_KEYS = ("api_key", "base_url", "model")
+#: TrulyMEM's application settings, also in ``api_config``: kept in its JSON settings file
+#: (``BackendServer(config_file=...)``); ``message_timeout`` is how long a request waits.
+APP_KEYS = ("message_timeout", "enable_web", "enable_tui", "web_port")
+MAX_MESSAGE_TIMEOUT_S = 86_400
 ECHO_NOTICE = (
     "no API key configured: answering with the offline echo model (it repeats your message; "
     "no LLM is called). Set an API key with start(api_key=...) or set_settings."
@@ -63,7 +70,15 @@ class Shutdown(msgspec.Struct, frozen=True):
     """Not a kernel command: the server (which owns the thread) handles it."""
 
 
-Request = m.Prompt | m.ExecuteTool | m.GetStatus | m.GetSettings | m.UpdateSettings | m.GetHistory | m.SaveHistory | Shutdown
+class SettingsUpdate(msgspec.Struct, frozen=True):
+    """``set_settings``: the kernel's part, and the application settings (:data:`APP_KEYS`),
+    which only a settings file keeps."""
+
+    command: m.UpdateSettings
+    app: dict[str, Any] = {}
+
+
+Request = m.Prompt | m.ExecuteTool | m.GetStatus | m.GetSettings | SettingsUpdate | m.GetHistory | m.SaveHistory | Shutdown
 
 
 def decode(packet_type: Any, body: Any, *, session_id: str, request_id: str) -> Request | Answer:
@@ -86,8 +101,10 @@ def decode(packet_type: Any, body: Any, *, session_id: str, request_id: str) -> 
             call = msgspec.convert(body, ExecuteToolBody)
             return m.ExecuteTool(name=call.tool_name, arguments=call.arguments or {}, **ids)
         if kind == "set_settings":
-            changes = settings_changes(msgspec.convert(body, SetSettingsBody))
-            return changes if isinstance(changes, Answer) else m.UpdateSettings(changes=changes, **ids)
+            update = settings_update(msgspec.convert(body, SetSettingsBody))
+            if isinstance(update, Answer):
+                return update
+            return SettingsUpdate(command=msgspec.structs.replace(update.command, **ids), app=update.app)
         if kind == "save_history":
             entries = msgspec.convert(body, SaveHistoryBody).messages
             messages = tuple(m.Message(role=e.role, content=e.content) for e in entries)
@@ -103,13 +120,21 @@ def decode(packet_type: Any, body: Any, *, session_id: str, request_id: str) -> 
     return Shutdown()
 
 
-def settings_changes(body: SetSettingsBody) -> dict[str, Any] | Answer:
-    """``api_config`` / ``tool_limits`` (both partial) as a kernel settings change."""
+def settings_update(body: SetSettingsBody) -> SettingsUpdate | Answer:
+    """``api_config`` / ``tool_limits`` (both partial) as a kernel settings change plus
+    the application settings; the first invalid field is the error."""
     changes: dict[str, Any] = {}
     openai: dict[str, Any] = {}
+    app: dict[str, Any] = {}
     for key, value in (body.api_config or {}).items():
-        if key not in ("api_key", "base_url", "model"):
-            return fail(f"unknown api_config field {key!r}; expected api_key, base_url, model")
+        if key in APP_KEYS:
+            problem = app_setting_problem(key, value)
+            if problem is not None:
+                return fail(problem)
+            app[key] = value
+            continue
+        if key not in API_KEYS:
+            return fail(f"unknown api_config field {key!r}; expected {', '.join((*API_KEYS, *APP_KEYS))}")
         if value is not None and not isinstance(value, str):
             return fail(f"api_config.{key} must be a string")
         if key == "api_key" and value and "\u2026" in value:
@@ -128,7 +153,21 @@ def settings_changes(body: SetSettingsBody) -> dict[str, Any] | Answer:
         limits[key] = value
     if limits:
         changes["tools"] = {"limits": limits}
-    return changes
+    return SettingsUpdate(command=m.UpdateSettings(changes=changes), app=app)
+
+
+def app_setting_problem(key: str, value: Any) -> str | None:
+    """Why ``value`` is not a valid application setting ``key``, or None."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if key == "message_timeout":
+        if not (number and math.isfinite(value) and 0 < value <= MAX_MESSAGE_TIMEOUT_S):
+            return f"api_config.message_timeout must be a number of seconds > 0 and <= {MAX_MESSAGE_TIMEOUT_S} (got {value!r})"
+    elif key == "web_port":
+        if not (number and isinstance(value, int) and 1 <= value <= 65_535):
+            return f"api_config.web_port must be a port number from 1 to 65535 (got {value!r})"
+    elif not isinstance(value, bool):
+        return f"api_config.{key} must be true or false (got {value!r})"
+    return None
 
 
 # ---------------------------------------------------------------- answers
@@ -138,8 +177,9 @@ def error_answer(exc: m.KernelError) -> Answer:
     return fail(exc.message)
 
 
-def reply_answer(kind: str, reply: m.Reply) -> Answer:
-    """The answer to a non-run, non-status request of type ``kind``."""
+def reply_answer(kind: str, reply: m.Reply, app: dict[str, Any] | None = None) -> Answer:
+    """The answer to a non-run, non-status request of type ``kind``; ``app``: the
+    application settings ``get_settings`` shows in its ``api_config``."""
     if isinstance(reply, m.ErrorReply):
         return fail(reply.error.message)
     if isinstance(reply, m.ToolOutput):
@@ -147,7 +187,7 @@ def reply_answer(kind: str, reply: m.Reply) -> Answer:
     if kind == "set_settings" and isinstance(reply, m.SettingsView):
         return ok({"status": "settings_updated"})
     if isinstance(reply, m.SettingsView):
-        return ok(settings_data(reply.settings))
+        return ok(settings_data(reply.settings, app or {}))
     if isinstance(reply, m.HistoryView):
         return ok({"history": history_data(reply.messages)})
     if kind == "save_history" and isinstance(reply, (m.Done, m.Accepted)):
@@ -156,11 +196,12 @@ def reply_answer(kind: str, reply: m.Reply) -> Answer:
     return fail(f"unexpected kernel reply {type(reply).__name__}")
 
 
-def settings_data(view: dict[str, Any]) -> dict[str, Any]:
-    """The document's settings shape from the kernel's (already masked) settings view."""
+def settings_data(view: dict[str, Any], app: dict[str, Any]) -> dict[str, Any]:
+    """The document's settings shape from the kernel's (already masked) settings view and
+    the application settings (none without a settings file)."""
     openai = view.get("provider", {}).get("openai", {})
     return {
-        "api_config": {"api_key": openai.get("api_key"), "base_url": openai.get("base_url"), "model": openai.get("model")},
+        "api_config": {"api_key": openai.get("api_key"), "base_url": openai.get("base_url"), "model": openai.get("model"), **app},
         "tool_limits": dict(view.get("tools", {}).get("limits", {})),
     }
 

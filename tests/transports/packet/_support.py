@@ -1,4 +1,4 @@
-"""Helpers for the Packet tests: kernel factories with test providers, a slow echo."""
+"""Helpers for the Packet tests: kernel factories with test providers, a slow echo, programs."""
 
 from __future__ import annotations
 
@@ -27,6 +27,16 @@ from plugins.tools.builtin import BUILTIN_TOOLS
 from plugins.tools.memory import MEMORY_TOOLS
 
 ALL_TOOLS = (*BUILTIN_TOOLS, *MEMORY_TOOLS)
+#: A program's ``from core import`` line, pointed at the stand-in for the reference package.
+CORE_IMPORT = "from tests.transports.packet.example_core import"
+
+
+def run_program(code: str, **names: Any) -> dict[str, Any]:
+    """Execute a program written for the reference ``core`` package (its import line
+    redirected to :mod:`.example_core`); ``names`` are globals it finds defined."""
+    namespace: dict[str, Any] = {"__name__": "example", **names}
+    exec(compile(code.replace("from core import", CORE_IMPORT), "example", "exec"), namespace)
+    return namespace
 
 
 class SlowEcho:

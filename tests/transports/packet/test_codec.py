@@ -46,14 +46,17 @@ def test_decode_transcript() -> None:
         messages=(m.Message(role="assistant", content="hi"),), **IDS
     )
     assert decode("set_settings", {"api_config": {"api_key": "sk-1", "model": "deepseek-chat"}, "tool_limits": {"memory_query_max": 30}}, **IDS) == (
-        m.UpdateSettings(changes={"provider": {"openai": {"api_key": "sk-1", "model": "deepseek-chat"}}, "tools": {"limits": {"memory_query_max": 30}}}, **IDS)
+        codec.SettingsUpdate(
+            command=m.UpdateSettings(changes={"provider": {"openai": {"api_key": "sk-1", "model": "deepseek-chat"}}, "tools": {"limits": {"memory_query_max": 30}}}, **IDS)
+        )
     )
     assert decode("shutdown", {}, **IDS) == codec.Shutdown()
 
 
 def test_settings_edge_cases() -> None:
     def changes(body: dict[str, Any]) -> Any:
-        return decode("set_settings", body, **IDS)
+        update = decode("set_settings", body, **IDS)
+        return update.command if isinstance(update, codec.SettingsUpdate) else update
 
     assert changes({}) == m.UpdateSettings(changes={}, **IDS)
     # A masked key read back from get_settings is not a key: the stored one stays.
@@ -65,6 +68,26 @@ def test_settings_edge_cases() -> None:
     assert changes({"tool_limits": {"memory_query_max": True}}) == codec.fail("tool_limits.memory_query_max must be an integer >= 1 (got True)")
     assert changes({"tool_limits": {"memory_query_max": 0}}) == codec.fail("tool_limits.memory_query_max must be an integer >= 1 (got 0)")
     assert changes({"tool_limits": 5}) == codec.fail("invalid set_settings body: Expected `object | null`, got `int` - at `$.tool_limits`")
+
+
+def test_application_settings_in_api_config() -> None:
+    """TrulyMEM's settings page posts back what get_settings showed, its own keys included."""
+    app = {"message_timeout": 600, "enable_web": True, "enable_tui": False, "web_port": 4096}
+    update = decode("set_settings", {"api_config": {"model": "m", **app}}, **IDS)
+    assert update == codec.SettingsUpdate(command=m.UpdateSettings(changes={"provider": {"openai": {"model": "m"}}}, **IDS), app=app)
+    assert decode("set_settings", {"api_config": {"message_timeout": 0.5}}, **IDS).app == {"message_timeout": 0.5}  # type: ignore[union-attr]
+    bad = {
+        "message_timeout": (0, True, "600", float("inf"), 86_401),
+        "web_port": (0, 65_536, 80.0, True, "4096"),
+        "enable_web": (1, "yes", None),
+    }
+    for key, values in bad.items():
+        for value in values:
+            answer = decode("set_settings", {"api_config": {key: value}}, **IDS)
+            assert isinstance(answer, Answer) and answer["error"].startswith(f"api_config.{key} must be "), (key, value)
+    assert decode("set_settings", {"api_config": {"token": "x"}}, **IDS) == codec.fail(
+        "unknown api_config field 'token'; expected api_key, base_url, model, message_timeout, enable_web, enable_tui, web_port"
+    )
 
 
 def test_answer_shape() -> None:
@@ -162,7 +185,9 @@ JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
     max_leaves=12,
 )
-KEYS = st.sampled_from(["user_input", "tool_name", "arguments", "api_config", "tool_limits", "messages", "role", "content", "api_key", "memory_query_max"])
+KEYS = st.sampled_from(
+    ["user_input", "tool_name", "arguments", "api_config", "tool_limits", "messages", "role", "content", "api_key", "memory_query_max", "message_timeout", "web_port"]
+)
 BODIES = JSON | st.dictionaries(KEYS, JSON, max_size=4)
 TYPES = st.sampled_from([*PacketType, *Mine, None, 3]) | st.text(max_size=15)
 
@@ -174,7 +199,7 @@ def test_decode_never_raises(packet_type: Any, body: Any) -> None:
     if isinstance(result, Answer):
         assert result["success"] is False and isinstance(result["error"], str)
     else:
-        assert isinstance(result, (codec.Shutdown, *m.Command.__args__))  # type: ignore[attr-defined]
+        assert isinstance(result, (codec.Shutdown, codec.SettingsUpdate, *m.Command.__args__))  # type: ignore[attr-defined]
 
 
 @settings(max_examples=200, deadline=None)

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from anyio.from_thread import start_blocking_portal
 
-from kernel.settings import ENV_OVERRIDES
 from tests.fakes.openai_server import Reply, ToolCallScript, fake_openai_server
 
 from . import example_core
-
-IMPORT = "from tests.transports.packet.example_core import"
+from ._support import run_program
 
 # 1. PROCESS_MESSAGE (followed by the EXECUTE_TOOL snippet, which uses its client).
 PROCESS_MESSAGE = '''
@@ -90,30 +87,11 @@ server.shutdown()
 '''
 
 
-def run(code: str) -> dict:
-    namespace: dict = {"__name__": "example"}
-    exec(compile(code.replace("from core import", IMPORT), "example", "exec"), namespace)
-    return namespace
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
-    for var in ENV_OVERRIDES:
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(example_core, "EVENT_LOOP", request.param)
-    monkeypatch.setattr(example_core, "servers", [])
-    yield request.param
-    for server in example_core.servers:
-        server.shutdown()
-        assert not server.running
-
-
-def test_examples_against_the_echo_model(loop: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    ns = run(PROCESS_MESSAGE)
+def test_examples_against_the_echo_model(program_loop: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    ns = run_program(PROCESS_MESSAGE)
     assert ns["result"]["success"] is True  # memory_recall ran (nothing remembered by an echo)
-    run(BASIC)
-    run(PACKETS)
+    run_program(BASIC)
+    run_program(PACKETS)
     assert capsys.readouterr().out.splitlines() == [
         "echo: 你好，请记住我的名字是小明",
         "echo: 你好",
@@ -122,16 +100,16 @@ def test_examples_against_the_echo_model(loop: str, capsys: pytest.CaptureFixtur
     assert (tmp_path / "graph_memory.db").exists()
 
 
-def test_examples_against_an_openai_compatible_server(loop: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_examples_against_an_openai_compatible_server(program_loop: str, capsys: pytest.CaptureFixture[str]) -> None:
     remember = json.dumps({"subject": "用户", "relation": "名字是", "object": "小明"}, ensure_ascii=False)
     script = [Reply(text="", tool_calls=[ToolCallScript(name="memory_commit", arguments=remember)]), Reply(text="好的，小明，我记住了。")]
     with start_blocking_portal() as portal, portal.wrap_async_context_manager(fake_openai_server(script)) as fake:
         example_core.UPSTREAM = fake.base_url
         try:
-            ns = run(PROCESS_MESSAGE)
+            ns = run_program(PROCESS_MESSAGE)
             answer = ns["server"].process_message("again")  # the fake's last reply repeats
-            run(BASIC)
-            run(PACKETS)
+            run_program(BASIC)
+            run_program(PACKETS)
         finally:
             example_core.UPSTREAM = None
         assert json.loads(ns["result"]["data"]["result"])["facts"][0]["object"] == "小明"

@@ -22,6 +22,7 @@ from kernel.settings import DEFAULT_TOOL_LIMITS, ENV_OVERRIDES
 from kernel.testing import ScriptedProvider, text_turn, tool_turn
 from tests.fakes.openai_server import Reply, fake_openai_server
 from transports.packet import BackendClient, BackendServer, Packet, PacketType
+from transports.packet.settingsfile import APP_DEFAULTS
 
 from ._support import SlowEcho, calls_turn, kernel_factory
 
@@ -38,6 +39,7 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for var in ENV_OVERRIDES:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))  # the default settings file: ~/.trulymem/config.json
 
 
 def make_server(tmp_path: Path, loop: str, provider: Any = None, **kwargs: Any) -> BackendServer:
@@ -88,7 +90,7 @@ def test_every_packet_type_through_the_client(tmp_path: Path, loop: str) -> None
 
     settings = client.get_settings()["data"]
     assert settings == {
-        "api_config": {"api_key": None, "base_url": DEFAULT_BASE_URL, "model": DEFAULT_MODEL},
+        "api_config": {"api_key": None, "base_url": DEFAULT_BASE_URL, "model": DEFAULT_MODEL, **APP_DEFAULTS},
         "tool_limits": DEFAULT_TOOL_LIMITS,
     }
     update = client.update_settings(tool_limits={"persona_query_max": 2, "task_query_max": 5, "memory_query_max": 30})
@@ -286,13 +288,13 @@ def test_settings_are_persisted_across_a_restart(tmp_path: Path, loop: str) -> N
         assert client.update_settings(tool_limits={"bogus": 1})["error"].startswith("unknown tool limit 'bogus'")
         assert client.update_settings(api_config={"token": "x"})["error"].startswith("unknown api_config field 'token'")
         settings = client.get_settings()["data"]
-        assert settings["api_config"] == {"api_key": "sk-…abcd", "base_url": "http://127.0.0.1:9/v1", "model": "m-1"}
+        assert settings["api_config"] == {"api_key": "sk-…abcd", "base_url": "http://127.0.0.1:9/v1", "model": "m-1", **APP_DEFAULTS}
         # Posting the masked settings back (as a settings form would) keeps the real key.
         assert client.update_settings(api_config=settings["api_config"])["success"]
     with running(make_server(tmp_path, loop)) as server:
         client = BackendClient(server)
         settings = client.get_settings()["data"]
-        assert settings["api_config"] == {"api_key": "sk-…abcd", "base_url": "http://127.0.0.1:9/v1", "model": "m-1"}
+        assert settings["api_config"] == {"api_key": "sk-…abcd", "base_url": "http://127.0.0.1:9/v1", "model": "m-1", **APP_DEFAULTS}
         assert settings["tool_limits"] == {**DEFAULT_TOOL_LIMITS, "memory_query_max": 3}
         status = client.get_status()["data"]
         assert status["client_initialized"] is True and status["config"]["provider"] == "openai"
@@ -319,7 +321,7 @@ def test_a_settings_change_waits_for_the_running_message(tmp_path: Path, loop: s
 def test_start_arguments_configure_the_model(tmp_path: Path, loop: str) -> None:
     with running(make_server(tmp_path, loop), api_key="sk-start-key-000011112222", model="deepseek-chat") as server:
         data = BackendClient(server).get_settings()["data"]
-        assert data["api_config"] == {"api_key": "sk-…2222", "base_url": DEFAULT_BASE_URL, "model": "deepseek-chat"}
+        assert data["api_config"] == {"api_key": "sk-…2222", "base_url": DEFAULT_BASE_URL, "model": "deepseek-chat", **APP_DEFAULTS}
         with pytest.raises(RuntimeError, match="already started"):
             server.start()
 

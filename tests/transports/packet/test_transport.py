@@ -51,16 +51,21 @@ async def test_connect_to_a_served_kernel() -> None:
         config = load_config(PacketTransport, {"endpoint": "test-connect"})
         await tg.start(PacketTransport().serve, kernel, config)
 
-        def app() -> tuple[dict, dict, list, dict, dict]:
+        def app() -> tuple[dict, dict, list, dict, dict, dict, dict]:
             client = BackendClient(connect("test-connect"))
             answer = client.process_message("hello")
             status = client.get_status()
             saved = client.get_history()
+            settings = client.get_settings()
+            app_setting = client.update_settings(api_config={"enable_tui": False})
             stop = client.server.send(Packet(id="s", type="shutdown", body={})).body
-            return answer, status, saved, stop, client.get_status()
+            return answer, status, saved, settings, app_setting, stop, client.get_status()
 
-        answer, status, history, stop, after = await anyio.to_thread.run_sync(app)
+        answer, status, history, settings, app_setting, stop, after = await anyio.to_thread.run_sync(app)
         assert answer["data"]["content"] == "echo: hello"
+        # No settings file here: the API settings only, and TrulyMEM's application settings are refused.
+        assert set(settings["data"]["api_config"]) == {"api_key", "base_url", "model"}
+        assert app_setting == {"success": False, "error": "enable_tui: kept in a BackendServer's config_file; this packet endpoint has none"}
         assert status["data"]["config"]["endpoint"] == "test-connect"
         assert history == [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "echo: hello"}]
         # Shutdown detaches this handle only: the gateway owns the kernel and keeps serving.
