@@ -30,6 +30,7 @@ BUILTIN_TRANSPORT_PLUGINS = (
     "transports.packet.plugin",
     "transports.http.plugin",
     "transports.acp.plugin",
+    "transports.agui.plugin",
 )
 
 

@@ -17,7 +17,8 @@
   come (the session was closed, events were lost for good). Its questions are answered
   by the :class:`~kernel.model.ApprovalPolicy` given at the start; with ``ask`` they
   come out as events for the transport to put to its client, and one still open when
-  the follower closes is declined at once (nobody is left to answer it).
+  the follower closes is declined at once (nobody is left to answer it) — unless the
+  dialect answers in a later request (AG-UI's interrupts: ``decline_on_close=False``).
 """
 
 from __future__ import annotations
@@ -151,9 +152,10 @@ class RunFollower:
     """Use as ``async with await RunFollower.start(kernel, prompt, policy=...) as run:``,
     then ``await run.next_batch()`` until :attr:`end` is set (or ``await run.wait()``)."""
 
-    def __init__(self, kernel: Kernel, follower: Follower, watch: RunWatch, accepted: Accepted) -> None:
+    def __init__(self, kernel: Kernel, follower: Follower, watch: RunWatch, accepted: Accepted, *, decline_on_close: bool = True) -> None:
         self.kernel = kernel
         self.accepted = accepted
+        self.decline_on_close = decline_on_close
         self._follower = follower
         self._watch = watch
 
@@ -166,6 +168,7 @@ class RunFollower:
         policy: ApprovalPolicy | None = None,
         stop_on_loss: bool = False,
         client: str | None = None,
+        decline_on_close: bool = True,
     ) -> RunFollower:
         """Subscribe to the command's session (created for a prompt without one), then run it.
 
@@ -173,6 +176,10 @@ class RunFollower:
         behind), end there — the batch ends with the ``subscriber_lagged`` event and
         :attr:`end` is a ``run_failed`` saying so — instead of following on past the gap:
         for a stream that must have no hole (SSE resumable by ``Last-Event-ID``).
+        ``decline_on_close=False``: a question still open when the follower closes stays
+        open, for a later request of the client to answer (the kernel's approval and turn
+        confirmation timeouts still bound the wait) — for a dialect whose response ends at
+        the question, such as AG-UI's interrupts.
         """
         if command.request_id is None:
             command = msgspec.structs.replace(command, request_id=f"run-{uuid.uuid4().hex[:16]}")
@@ -190,7 +197,7 @@ class RunFollower:
             follower.close()
             raise
         assert isinstance(accepted, Accepted)
-        return cls(kernel, follower, RunWatch(command.request_id, accepted.run_id), accepted)
+        return cls(kernel, follower, RunWatch(command.request_id, accepted.run_id), accepted, decline_on_close=decline_on_close)
 
     @property
     def session_id(self) -> str:
@@ -275,9 +282,10 @@ class RunFollower:
         return True
 
     async def aclose(self) -> None:
-        """Stop following; a question still open is declined (nobody is left to answer it)."""
+        """Stop following; a question still open is declined (nobody is left to answer it),
+        unless the follower was started with ``decline_on_close=False``."""
         with anyio.CancelScope(shield=True):
-            if self._watch.question is not None and self._watch.end is None:
+            if self.decline_on_close and self._watch.question is not None and self._watch.end is None:
                 try:
                     await self.answer(False, "the client went away")
                 except KernelError:

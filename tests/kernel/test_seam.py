@@ -10,7 +10,7 @@ import anyio.lowlevel
 import msgspec
 import pytest
 
-from kernel import FinishChunk, KernelError, RunFollower, RunWatch, Tool, ToolCallChunk, ToolFailure
+from kernel import FinishChunk, Follower, KernelError, RunFollower, RunWatch, Tool, ToolCallChunk, ToolFailure
 from kernel import model as m
 from kernel.settings import AgentSettings, Settings
 from kernel.state import IllegalTransition, SessionMachine
@@ -261,6 +261,27 @@ async def test_closing_a_run_follower_declines_its_open_question() -> None:
         events = await run_events(sub)
         result = next(e for e in events if isinstance(e, m.ToolResult))
         assert result.outcome == "rejected" and "the client went away" in result.result
+
+
+async def test_a_follower_that_leaves_its_question_open_lets_a_later_request_answer_it() -> None:
+    provider = ScriptedProvider([tool_turn("guarded", "{}"), text_turn("after")])
+    async with running_kernel(provider, tools=[GUARDED]) as kernel:
+        async with await RunFollower.start(kernel, prompt("go"), decline_on_close=False) as first:
+            while first.question is None:
+                await first.next_batch()
+            question = first.question
+        assert isinstance(question, m.ToolApprovalRequested)
+        info = await kernel.execute(m.GetSession(session_id="s"))
+        assert isinstance(info, m.SessionOpened) and info.session.state == "awaiting_tool_approval"
+        assert info.session.pending_call_id == question.call_id  # still open: nobody declined it
+        follower = await Follower.open(kernel, "s")
+        await kernel.execute(m.ResolveToolApproval(session_id="s", call_id=question.call_id, approved=True))
+        watch = RunWatch(None, first.run_id)
+        while watch.end is None:
+            for event in await follower.next_batch():
+                watch.feed(event)
+        follower.close()
+    assert isinstance(watch.end, m.RunFinished) and watch.end.text == "after"
 
 
 async def test_a_deleted_session_ends_its_run_for_the_follower() -> None:
