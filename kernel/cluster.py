@@ -178,7 +178,7 @@ class RemoteSubscription:
             self._closed = True
             return
         if not events:
-            await self._take_over_if_orphaned()
+            await self._check_position()
             return
         if events[0].seq != self._read_seq + 1:
             self._buffer.append(
@@ -194,13 +194,40 @@ class RemoteSubscription:
         self._buffer.extend(events)
         self._read_seq = events[-1].seq
 
-    async def _take_over_if_orphaned(self) -> None:
+    async def _check_position(self) -> None:
+        """Nothing new in the stream for a while: ask the session where it is. Asking goes
+        to its owner — or, when the owner is gone, takes the session over here. A session
+        further on than the stream shows lost events (Redis lost them): that is a gap."""
         try:
-            if await self._cluster.owner(self._session_id) is None:
-                log.info("session %s has no owner any more: taking it over", self._session_id)
-                await self._kernel.execute(m.GetSession(session_id=self._session_id))
+            reply = await self._kernel.execute(m.GetSession(session_id=self._session_id))
         except KernelError as exc:
-            log.warning("taking session %s over: %s", self._session_id, exc.message)
+            if exc.code == "not_found":
+                self._closed = True
+            else:
+                log.warning("following session %s: %s", self._session_id, exc.message)
+            return
+        assert isinstance(reply, m.SessionOpened)
+        if reply.session.last_seq <= self._read_seq:
+            return
+        try:
+            events = await self._cluster.read(self._session_id, self._read_seq, 0.1)  # its last events may just have come
+        except KernelError:
+            return
+        if events is None:
+            self._closed = True
+        elif events and events[0].seq == self._read_seq + 1:
+            self._buffer.extend(events)
+            self._read_seq = events[-1].seq
+        else:
+            self._buffer.append(
+                SubscriberLagged(
+                    session_id=self._session_id,
+                    seq=reply.session.last_seq,
+                    last_seq=self._read_seq,
+                    error=ErrorInfo(code="rate_limited", message=f"the events after seq {self._read_seq} were lost by the cluster"),
+                )
+            )
+            self._closed = True
 
     def close(self) -> None:
         self._closed = True

@@ -36,6 +36,13 @@ from .tools import Tool, ToolContext
 log = logging.getLogger("gateway.kernel")
 
 ProviderFactory = Callable[[Settings], Provider]
+
+
+def seq_key(session_id: str) -> str:
+    """The store's record of a clustered session's last seq, kept as runs are persisted, so
+    an instance that takes it over never reuses a seq even if the cluster lost its stream."""
+    return f"seq:{session_id}"
+
 #: Events of a session read back when another instance's session is taken over.
 TAKEOVER_TAIL = 256
 SETTINGS_KEY = "settings.overrides"
@@ -198,13 +205,14 @@ class Kernel:
         """The default file access of tools: the configured workspace on disk."""
         return WorkspaceFiles(self.settings.tools.workspace, max_bytes=self.settings.tools.file_max_bytes)
 
-    async def invoke_tool(self, tool: Tool, arguments: dict[str, Any], session: Session | None) -> ToolExecution:
+    async def invoke_tool(self, tool: Tool, arguments: dict[str, Any], session: Session | None, *, call_id: str | None = None) -> ToolExecution:
         context = ToolContext(
             session_id=session.id if session is not None else "",
             agent_id=(session.agent if session is not None else self.agent(None)).agent_id(),
             workspace=WorkspaceFiles(self.settings.tools.workspace).root,
             files=session.files if session is not None and session.files is not None else self.workspace_files(),
             store=self.store,
+            call_id=call_id,
         )
         return await invoke(tool, arguments, context, self.settings.tools.timeout_s)
 
@@ -261,7 +269,9 @@ class Kernel:
         if await cluster.claim(session.id) is not None:
             raise m.KernelError("unavailable", f"session {session.id} is run by another gateway instance")
         tail = await cluster.tail(session.id, TAKEOVER_TAIL)
-        session.hub.last_seq = max(session.hub.last_seq, tail[-1].seq if tail else 0)
+        stored = await self.store.get_value(seq_key(session.id))
+        floor = int(stored) if stored else 0
+        session.hub.last_seq = max(session.hub.last_seq, floor, tail[-1].seq if tail else 0)
         session.hub.mirror = cluster.publish
         lost = owner_lost(tail)
         if lost is not None:

@@ -295,6 +295,8 @@ class Session:
             del self.context[: len(self.context) - cap]
         if not self.ephemeral:
             await self.kernel.store.append_messages(self.id, stamped, cap)
+            if self.kernel.cluster is not None:  # how far the seqs went, for whoever takes it over
+                await self.kernel.store.set_value(f"seq:{self.id}", str(self.hub.last_seq).encode())
 
     async def history(self, limit: int) -> list[Message]:
         if self.ephemeral:

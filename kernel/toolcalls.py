@@ -168,7 +168,7 @@ class ToolRunner:
             approved, why = await self._ask(tool, call)
             if not approved:
                 return ToolExecution.failed("rejected", _declined(call.name, why), "tool call rejected: ")
-        return await self.session.kernel.invoke_tool(tool, arguments, self.session)
+        return await self.session.kernel.invoke_tool(tool, arguments, self.session, call_id=call.id)
 
     async def _ask(self, tool: Tool, call: ToolCall) -> tuple[bool, str | None]:
         session = self.session

@@ -32,6 +32,9 @@ class ToolContext(msgspec.Struct, kw_only=True):
     workspace: Path
     files: FileAccess
     store: Store | None = None
+    # The model's id of the call being run (None for a client's direct ``execute_tool``), so
+    # a tool that shows progress elsewhere (ACP's editor terminal) can point at its call.
+    call_id: str | None = None
 
 
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[str]]

@@ -1,1 +1,1 @@
-"""Built-in tools: clock and workspace files (memory tools live in ``memory``)."""
+"""Built-in tools: clock, workspace files and the plan (memory tools live in ``memory``)."""

@@ -1,4 +1,4 @@
-"""Small, real built-in tools: the clock and files inside the workspace.
+"""Small, real built-in tools: the clock, files inside the workspace, and a plan (``plan``).
 
 File tools go through ``context.files`` so that a transport can swap in another
 view of the files (ACP reads the editor's buffers); the default view is the
@@ -13,6 +13,8 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from kernel import Tool, ToolContext, ToolFailure
+
+from .plan import UPDATE_PLAN
 
 
 def _str_arg(args: dict[str, Any], name: str) -> str:
@@ -106,4 +108,5 @@ BUILTIN_TOOLS = (
         handler=list_directory,
         category="files",
     ),
+    UPDATE_PLAN,
 )

@@ -14,7 +14,8 @@ _EXPORTS: dict[str, str] = {
     "AcpConfig": ".config",
     "AcpTransport": ".server",
     "EditorFiles": ".files",
-    "JsonRpcCodec": ".wire",
+    "EditorTerminal": ".terminal",
+    "JsonRpcCodec": ".jsonrpc",
 }
 
 __getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
@@ -22,5 +23,6 @@ __getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
 if TYPE_CHECKING:
     from .config import AcpConfig
     from .files import EditorFiles
+    from .jsonrpc import JsonRpcCodec
     from .server import AcpTransport
-    from .wire import JsonRpcCodec
+    from .terminal import EditorTerminal

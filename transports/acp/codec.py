@@ -1,15 +1,19 @@
 """Sans-IO translation between ACP shapes and the kernel model.
 
 Prompt content blocks become kernel content parts; kernel events become
-``session/update`` payloads; stored history becomes the updates that replay it
+``session/update`` payloads (message chunks with their ``messageId``, tool calls —
+a ``run_command`` call with its terminal —, the plan of an ``update_plan`` call,
+usage at a run's end); stored history becomes the updates that replay it
 (``session/load``); the editor's permission answer becomes a tool-approval
 decision; a run's end becomes the prompt's answer. Pure functions and one small
-per-session object (:class:`SessionStream`), unit-tested on transcripts.
+per-session object (:class:`SessionStream`), unit-tested on transcripts. What the
+editor sees of a session besides its conversation is :mod:`.session_meta`.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Collection, Iterable
 from typing import Any
 
@@ -18,16 +22,15 @@ import msgspec
 from kernel import model as m
 from transports.shared.jsonwire import JsonDecoder
 
+from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_NOT_FOUND, RpcFailure
 from .wire import (
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
     PROTOCOL_VERSION,
-    RESOURCE_NOT_FOUND,
     AgentMessageChunk,
     AgentThoughtChunk,
     AudioBlock,
     AvailableCommand,
     AvailableCommandsUpdate,
+    CallContent,
     CommandInput,
     Content,
     ContentBlock,
@@ -37,16 +40,18 @@ from .wire import (
     Location,
     PermissionCancelled,
     PermissionResult,
+    PlanEntry,
+    PlanUpdate,
     Resource,
     ResourceBlock,
     ResourceLinkBlock,
-    RpcFailure,
     Text,
     TextBlock,
     TextResource,
     ToolCallProgress,
     ToolCallStart,
     ToolContent,
+    ToolTerminal,
     Update,
     UsageUpdate,
     UserMessageChunk,
@@ -54,12 +59,7 @@ from .wire import (
 
 _decode_json = JsonDecoder[Any]().decode
 
-# ---------------------------------------------------------------- initialize and modes
-
-MODES: dict[str, tuple[str, str]] = {
-    "default": ("Default", "Ask before tools that require approval (file writes)"),
-    "ask": ("Ask every time", "Ask before every tool call"),
-}
+# ---------------------------------------------------------------- initialize
 
 #: The editor answers every tool approval (``session/request_permission``). ACP has no
 #: turn-limit question: a run at the limit stops, and its prompt ends ``max_turn_requests``.
@@ -74,31 +74,25 @@ def negotiate_version(client: int | str) -> int:
 
 
 def initialize_result(version: int, agent_version: str) -> dict[str, Any]:
+    """What the gateway can do. No authentication is needed, so ``authMethods`` is empty
+    (``authenticate`` and ``logout`` still answer, for editors that call them anyway)."""
     return {
         "protocolVersion": version,
         "agentCapabilities": {
             "loadSession": True,
             "promptCapabilities": {"image": True, "audio": False, "embeddedContext": True},
+            "mcpCapabilities": {"http": False, "sse": False},
+            "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}},
+            "auth": {"logout": {}},
         },
         "authMethods": [],
         "agentInfo": {"name": "gateway", "title": "Gateway", "version": agent_version},
     }
 
 
-def mode_state(current: str) -> dict[str, Any]:
-    modes = [{"id": key, "name": name, "description": text} for key, (name, text) in MODES.items()]
-    return {"currentModeId": current, "availableModes": modes}
-
-
 def prompt_options(mode: str) -> m.PromptOptions:
-    """``ask`` asks before every tool; ``default`` leaves it to the agent (approval tools always ask)."""
+    """Mode ``ask`` asks before every tool; ``default`` leaves it to the agent (approval tools always ask)."""
     return m.PromptOptions(ask_before_tool_execution=True if mode == "ask" else None, approval=APPROVAL)
-
-
-def check_mode(mode_id: str) -> str:
-    if mode_id not in MODES:
-        raise RpcFailure(INVALID_PARAMS, f"Unknown mode {mode_id!r}; available modes: {', '.join(MODES)}")
-    return mode_id
 
 
 # ---------------------------------------------------------------- prompt content -> kernel
@@ -187,8 +181,15 @@ def parse_arguments(arguments: str) -> Any:
 
 
 def tool_title(name: str, args: Any) -> str:
+    """``Read file src/a.py``, ``Run command pytest -q``: the tool, and what it acts on."""
     title = name.replace("_", " ").strip().capitalize() or "Tool"
-    path = args.get("path") if isinstance(args, dict) else None
+    if not isinstance(args, dict):
+        return title
+    path, command = args.get("path"), args.get("command")
+    if isinstance(command, str) and command:
+        extra = args.get("args")
+        words = [command, *(extra if isinstance(extra, list) and all(isinstance(a, str) for a in extra) else ())]
+        return f"{title} {shlex.join(words)}"
     return f"{title} {path}" if isinstance(path, str) and path else title
 
 
@@ -196,14 +197,14 @@ def absolute(path: str, cwd: str) -> str:
     return os.path.normpath(path if os.path.isabs(path) else os.path.join(cwd, path))
 
 
-def _call_details(args: Any, cwd: str, kind: str) -> tuple[tuple[ToolContent | Diff, ...], tuple[Location, ...]]:
+def _call_details(args: Any, cwd: str, kind: str) -> tuple[tuple[CallContent, ...], tuple[Location, ...]]:
     """Where a file tool acts (the editor can follow along) and, for an edit, the new text."""
     if not isinstance(args, dict) or not isinstance(args.get("path"), str) or not args["path"]:
         return (), ()
     path = absolute(args["path"], cwd)
     line = args.get("line")
     location = Location(path=path, line=line if isinstance(line, int) and not isinstance(line, bool) else None)
-    content: tuple[ToolContent | Diff, ...] = ()
+    content: tuple[CallContent, ...] = ()
     if kind == "edit" and isinstance(args.get("content"), str):
         content = (Diff(path=path, new_text=args["content"]),)
     return content, (location,)
@@ -224,8 +225,12 @@ def tool_call(call_id: str, name: str, arguments: str, cwd: str, *, category: st
     )
 
 
-def tool_done(call_id: str, result: str, failed: bool) -> ToolCallProgress:
-    content = (ToolContent(Text(result)),) if result else ()
+def tool_done(call_id: str, result: str, failed: bool, terminal: str | None = None) -> ToolCallProgress:
+    """A call's end. A call shown with a terminal keeps it (an update replaces the content):
+    the editor goes on showing that command's output, which is what the result says."""
+    content: tuple[CallContent, ...] = (ToolContent(Text(result)),) if result else ()
+    if terminal is not None:
+        content = (ToolTerminal(terminal),)
     return ToolCallProgress(tool_call_id=call_id, status="failed" if failed else "completed", content=content)
 
 
@@ -321,15 +326,57 @@ def prompt_answer(end: m.RunFinished | m.RunFailed | None, *, cancelled: bool) -
     return {"stopReason": stop_reason(end), "usage": usage_result(end.usage)}
 
 
+# ---------------------------------------------------------------- plans
+
+#: The built-in planning tool (plugins/tools/plan.py): its entries have the shape of ACP's.
+PLAN_TOOL = "update_plan"
+
+
+class _PlanArguments(msgspec.Struct):
+    entries: tuple[PlanEntry, ...]
+
+
+_decode_plan = JsonDecoder[_PlanArguments](_PlanArguments).decode
+
+
+def plan_entries(arguments: str) -> tuple[PlanEntry, ...] | None:
+    """The plan an ``update_plan`` call proposes (None when its arguments are not a plan)."""
+    try:
+        return _decode_plan(arguments or "{}").entries
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
 # ---------------------------------------------------------------- run events -> updates
 
 
 class SessionStream:
-    """Turns one session's kernel events into ``session/update`` payloads."""
+    """Turns one session's kernel events into ``session/update`` payloads.
+
+    It keeps what the events alone do not say at the moment an update is made: which
+    model call of a run is streaming (each model call is one message, with its own
+    ``messageId``), the tool calls still open (a run that ends first, interrupted, ends
+    them ``failed``: the kernel sends no result for them), the plan an ``update_plan``
+    call proposes (shown once the call succeeds), and the terminal shown in a
+    ``run_command`` call. A session runs one run at a time, so all of it is forgotten at
+    a run's end.
+    """
 
     def __init__(self, cwd: str, context_window: int) -> None:
         self.cwd = cwd
         self.context_window = context_window
+        self._calls: dict[str, int] = {}  # run id -> its model call streaming now
+        self._open: dict[str, None] = {}  # tool calls started and not ended, in order
+        self._plans: dict[str, tuple[PlanEntry, ...]] = {}  # call id -> the plan it proposes
+        self._terminals: dict[str, str] = {}  # call id -> the terminal shown in it
+
+    def message_id(self, run_id: str) -> str:
+        return f"{run_id}-{self._calls.get(run_id, 0)}"
+
+    def show_terminal(self, call_id: str, terminal_id: str) -> ToolCallProgress:
+        """The update that embeds a running command's terminal in its tool call."""
+        self._terminals[call_id] = terminal_id
+        return ToolCallProgress(tool_call_id=call_id, status="in_progress", content=(ToolTerminal(terminal_id),))
 
     def updates(self, *events: m.Event) -> list[Update]:
         """The updates of events that arrived together.
@@ -340,21 +387,43 @@ class SessionStream:
         """
         out: list[Update] = []
         for event in events:
-            if isinstance(event, m.TextDelta):
+            if isinstance(event, m.TurnStarted):
+                self._calls[event.run_id] = event.iteration
+            elif isinstance(event, m.TextDelta):
                 if event.text:
-                    out.append(AgentMessageChunk(content=Text(event.text)))
+                    out.append(AgentMessageChunk(content=Text(event.text), message_id=self.message_id(event.run_id)))
             elif isinstance(event, m.ReasoningDelta):
                 if event.text:
-                    out.append(AgentThoughtChunk(content=Text(event.text)))
+                    out.append(AgentThoughtChunk(content=Text(event.text), message_id=self.message_id(event.run_id)))
             elif isinstance(event, m.ToolCallStarted):
                 out.append(tool_call(event.call_id, event.name, event.arguments, self.cwd, category=event.category, access=event.access))
                 if not (event.needs_approval or event.refused):
                     out.append(in_progress(event.call_id))
+                if event.name == PLAN_TOOL and (plan := plan_entries(event.arguments)) is not None:
+                    self._plans[event.call_id] = plan
+                self._open[event.call_id] = None
             elif isinstance(event, m.ToolResult):
-                out.append(tool_done(event.call_id, event.result, event.outcome != "ok"))
-            elif isinstance(event, m.RunFinished):
-                used = event.usage.total_tokens
-                out.append(UsageUpdate(used=used, size=max(self.context_window, used)))
+                self._open.pop(event.call_id, None)
+                out.append(tool_done(event.call_id, event.result, event.outcome != "ok", self._terminals.get(event.call_id)))
+                plan = self._plans.pop(event.call_id, None)
+                if plan is not None and event.outcome == "ok":
+                    out.append(PlanUpdate(entries=plan))
+            elif isinstance(event, (m.RunFinished, m.RunFailed)):
+                out.extend(self._end_run(event))
+        return out
+
+    def _end_run(self, event: m.RunFinished | m.RunFailed) -> list[Update]:
+        """Calls left open end ``failed``; a finished run reports how full the context is."""
+        out: list[Update] = [tool_done(c, "interrupted before the tool finished", True, self._terminals.get(c)) for c in self._open]
+        if isinstance(event, m.RunFinished):
+            # The last model call's input (which holds the earlier calls' output) and what
+            # came out since; the run's sum when the kernel does not know the former.
+            used = event.context_tokens + event.usage.output_tokens if event.context_tokens else event.usage.total_tokens
+            out.append(UsageUpdate(used=used, size=max(self.context_window, used)))
+        self._calls.pop(event.run_id, None)
+        self._open.clear()
+        self._plans.clear()
+        self._terminals.clear()
         return out
 
 
@@ -362,20 +431,30 @@ class SessionStream:
 
 
 def history_updates(messages: Iterable[m.Message], cwd: str) -> list[Update]:
-    """The updates that replay a stored conversation (``session/load``)."""
+    """The updates that replay a stored conversation (``session/load``), each message
+    with its own ``messageId``, and the plans its ``update_plan`` calls set."""
     out: list[Update] = []
-    for msg in messages:
+    plans: dict[str, tuple[PlanEntry, ...]] = {}
+    for index, msg in enumerate(messages):
+        message_id = f"history-{index}"
         if msg.role == "user":
             if msg.content:
-                out.append(UserMessageChunk(content=Text(msg.content)))
-            out.extend(UserMessageChunk(content=_content(part)) for part in msg.parts)
+                out.append(UserMessageChunk(content=Text(msg.content), message_id=message_id))
+            out.extend(UserMessageChunk(content=_content(part), message_id=message_id) for part in msg.parts)
         elif msg.role == "assistant":
             if msg.content:
-                out.append(AgentMessageChunk(content=Text(msg.content)))
-            out.extend(tool_call(call.id, call.name, call.arguments, cwd) for call in msg.tool_calls)
+                out.append(AgentMessageChunk(content=Text(msg.content), message_id=message_id))
+            for call in msg.tool_calls:
+                out.append(tool_call(call.id, call.name, call.arguments, cwd))
+                if call.name == PLAN_TOOL and (plan := plan_entries(call.arguments)) is not None:
+                    plans[call.id] = plan
         elif msg.role == "tool" and msg.tool_call_id is not None:
             # Messages stored before outcomes existed have none: they count as completed.
-            out.append(tool_done(msg.tool_call_id, msg.content, msg.outcome not in (None, "ok")))
+            ok = msg.outcome in (None, "ok")
+            out.append(tool_done(msg.tool_call_id, msg.content, not ok))
+            plan = plans.pop(msg.tool_call_id, None)
+            if plan is not None and ok:
+                out.append(PlanUpdate(entries=plan))
     return out
 
 

@@ -14,3 +14,7 @@ class AcpConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     context_window_tokens: int = 128_000
     default_mode: str = "default"
     max_concurrent_requests: int = 64
+    list_page_size: int = 50
+    model_list_timeout_s: float = 5.0
+    terminal: bool = True
+    terminal_output_bytes: int = 1_048_576

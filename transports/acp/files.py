@@ -18,13 +18,36 @@ import msgspec
 
 from kernel import FileAccess, ToolFailure
 
-from .wire import EditorError, ReadTextFileParams, ReadTextFileResult, WriteTextFileParams
+from .jsonrpc import EditorError
+from .wire import ReadTextFileParams, ReadTextFileResult, WriteTextFileParams
+
+
+def confined(path: str, cwd: str) -> str:
+    """The absolute path the editor understands; it must stay inside the session's cwd."""
+    if not path:
+        raise ToolFailure("a path is required")
+    cwd = os.path.normpath(cwd)
+    target = os.path.normpath(path if os.path.isabs(path) else os.path.join(cwd, path))
+    if target != cwd and not target.startswith(cwd.rstrip(os.sep) + os.sep):
+        raise ToolFailure(f"path {path!r} is outside the project directory {cwd}")
+    return target
 
 
 class Requester(Protocol):
     """Sends a request to the editor and waits for its result (the ACP connection)."""
 
     async def request(self, method: str, params: Any, *, timeout_s: float) -> Any: ...
+
+
+async def ask_editor(requester: Requester, method: str, params: Any, *, timeout_s: float, about: str = "") -> Any:
+    """The editor's result, for a tool: no answer in time, or an error, is a failure the model reads."""
+    try:
+        return await requester.request(method, params, timeout_s=timeout_s)
+    except TimeoutError:
+        raise ToolFailure(f"the editor did not answer {method} within {timeout_s:g}s") from None
+    except EditorError as exc:
+        target = f" for {about}" if about else ""
+        raise ToolFailure(f"the editor could not carry out {method}{target}: {exc.error.message}") from None
 
 
 class EditorFiles:
@@ -47,19 +70,10 @@ class EditorFiles:
         self.fallback = fallback
         self.timeout_s = timeout_s
 
-    def absolute(self, path: str) -> str:
-        """The absolute path the editor understands; it must stay inside the session's cwd."""
-        if not path:
-            raise ToolFailure("a path is required")
-        target = os.path.normpath(path if os.path.isabs(path) else os.path.join(self.cwd, path))
-        if target != self.cwd and not target.startswith(self.cwd.rstrip(os.sep) + os.sep):
-            raise ToolFailure(f"path {path!r} is outside the project directory {self.cwd}")
-        return target
-
     async def read_text(self, path: str, *, line: int | None = None, limit: int | None = None) -> str:
         if not self.can_read:
             return await self.fallback.read_text(path, line=line, limit=limit)
-        params = ReadTextFileParams(session_id=self.session_id, path=self.absolute(path), line=line, limit=limit)
+        params = ReadTextFileParams(session_id=self.session_id, path=confined(path, self.cwd), line=line, limit=limit)
         result = await self._call("fs/read_text_file", params)
         try:
             return msgspec.convert(result, ReadTextFileResult).content
@@ -70,12 +84,7 @@ class EditorFiles:
         if not self.can_write:
             await self.fallback.write_text(path, content)
             return
-        await self._call("fs/write_text_file", WriteTextFileParams(session_id=self.session_id, path=self.absolute(path), content=content))
+        await self._call("fs/write_text_file", WriteTextFileParams(session_id=self.session_id, path=confined(path, self.cwd), content=content))
 
     async def _call(self, method: str, params: ReadTextFileParams | WriteTextFileParams) -> Any:
-        try:
-            return await self.requester.request(method, params, timeout_s=self.timeout_s)
-        except TimeoutError:
-            raise ToolFailure(f"the editor did not answer {method} within {self.timeout_s:g}s") from None
-        except EditorError as exc:
-            raise ToolFailure(f"the editor could not carry out {method} for {params.path}: {exc.error.message}") from None
+        return await ask_editor(self.requester, method, params, timeout_s=self.timeout_s, about=params.path)

@@ -12,28 +12,37 @@ from typing import Any
 import anyio
 
 from kernel import RunWatch
+from kernel.model import ToolSource
 
 from .codec import SessionStream
 from .files import EditorFiles
-from .wire import INTERNAL_ERROR, EditorError, JsonRpcCodec, Response, RpcError
+from .jsonrpc import INTERNAL_ERROR, EditorError, JsonRpcCodec, Response, RpcError, RpcId
+from .terminal import EditorTerminal
+from .wire import SelectOption, SessionNotification, Update
 
 
 class OpenPrompt:
     """An open ``session/prompt``: answered once, when its run ends (or its end is lost).
 
     The session's forwarder feeds ``watch`` and sets ``done``; ``cancelled`` is the
-    editor's ``session/cancel`` (or its going away).
+    editor's ``session/cancel``, ``$/cancel_request`` or ``session/close`` (or its going away).
     """
 
-    def __init__(self, request_id: str) -> None:
+    def __init__(self, request_id: str, rpc_id: RpcId | None) -> None:
         self.request_id = request_id
+        self.rpc_id = rpc_id  # the editor's id of the session/prompt request
         self.watch = RunWatch(request_id)
         self.cancelled = False
         self.done = anyio.Event()
+        self.questions: set[int] = set()  # the gateway's permission requests for this prompt
 
 
 class SessionState:
-    """A kernel session this editor opened (``session/new`` or ``session/load``)."""
+    """A kernel session this editor opened (``session/new``, ``session/load`` or ``session/resume``).
+
+    ``following`` is the cancel scope of its forwarder, ``unfollowed`` set once that has
+    stopped following (``session/close``, the editor gone).
+    """
 
     def __init__(self, session_id: str, cwd: str, mode: str, context_window: int) -> None:
         self.id = session_id
@@ -41,8 +50,21 @@ class SessionState:
         self.mode = mode
         self.stream = SessionStream(cwd, context_window)
         self.prompts: dict[str, OpenPrompt] = {}  # by request id, in the order they were sent
-        self.permissions: set[int] = set()
         self.files: EditorFiles | None = None
+        self.terminal: EditorTerminal | None = None
+        self.options: tuple[SelectOption, ...] = ()  # the config options the editor was last told
+        self.title: str | None = None  # the title the editor was last told
+        self.following = anyio.CancelScope()
+        self.unfollowed = anyio.Event()
+
+    def tool_sources(self) -> tuple[ToolSource, ...]:
+        """The session's own tools from this editor (``ConfigureSession(tool_sources=...)``)."""
+        return (self.terminal,) if self.terminal is not None else ()
+
+
+def update_line(session_id: str, update: Update) -> bytes:
+    """A ``session/update`` notification, ready to write."""
+    return JsonRpcCodec.notification("session/update", SessionNotification(session_id, update))
 
 
 class Answer:

@@ -1,238 +1,19 @@
-"""The Agent Client Protocol on the wire: JSON-RPC 2.0 framing and every ACP shape.
+"""The Agent Client Protocol's shapes on the wire, as msgspec Structs.
 
-One line in is one JSON-RPC message from the editor: a request (``method`` and
-``id``), a notification (``method`` without ``id``) or a response to one of the
-gateway's own requests (no ``method``). :class:`JsonRpcCodec` classifies it, answers
-what is malformed with the JSON-RPC error the spec asks for, and correlates responses
-with the requests it numbered. Each direction has its own id counter and both start
-at 0, so ids are compared with ``is None`` / dictionary look-ups, never by
-truthiness. Nothing here does I/O and :meth:`JsonRpcCodec.decode` never raises.
-
-The rest are msgspec Structs: the params of the editor's methods, the answers the
-gateway reads from the editor, and the ``session/update`` payloads it sends
-(camelCase on the wire, tagged by ``type`` or ``sessionUpdate``, empty optional
-fields left out).
+The params of the editor's methods, the gateway's requests to the editor and the
+answers it reads back, the ``session/update`` payloads it sends, and the results of
+the session methods: camelCase on the wire, tagged by ``type`` or
+``sessionUpdate``, empty optional fields left out. The JSON-RPC envelope around
+them is :mod:`.jsonrpc`.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, Literal
 
 import msgspec
-from msgspec import UNSET, UnsetType
 
-from transports.shared.jsonwire import JsonDecoder
-
-JSONRPC = "2.0"
 PROTOCOL_VERSION = 1
-
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-RESOURCE_NOT_FOUND = -32002
-
-RpcId = int | str
-
-T = TypeVar("T")
-
-
-class RpcError(msgspec.Struct, frozen=True, omit_defaults=True):
-    """A JSON-RPC error object, as sent or as received from the editor."""
-
-    code: int
-    message: str
-    data: Any = None
-
-
-class RpcFailure(Exception):
-    """Raised by a method handler to answer its request with a JSON-RPC error."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.error = RpcError(code=code, message=message, data=data)
-
-
-class EditorError(Exception):
-    """The editor answered one of the gateway's requests with an error (or never will)."""
-
-    def __init__(self, error: RpcError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
-# ---------------------------------------------------------------- incoming
-
-
-class Request(msgspec.Struct, frozen=True):
-    id: RpcId | None
-    method: str
-    params: Any = None
-
-
-class Notification(msgspec.Struct, frozen=True):
-    method: str
-    params: Any = None
-
-
-class Response(msgspec.Struct, frozen=True):
-    """The editor's answer to a request the gateway sent (``method`` is ours, recalled)."""
-
-    id: int
-    method: str
-    result: Any = None
-    error: RpcError | None = None
-
-
-class Reject(msgspec.Struct, frozen=True):
-    """A malformed message; ``reply`` is the error line to write back."""
-
-    reply: bytes
-
-
-class Ignored(msgspec.Struct, frozen=True):
-    """Nothing to answer (a stray response); ``reason`` is worth a log line."""
-
-    reason: str
-
-
-Incoming = Request | Notification | Response | Reject | Ignored
-
-
-class _Envelope(msgspec.Struct):
-    jsonrpc: str | UnsetType = UNSET
-    id: int | str | UnsetType | None = UNSET
-    method: str | UnsetType = UNSET
-    params: Any = UNSET
-    result: Any = UNSET
-    error: Any = UNSET
-
-
-# ---------------------------------------------------------------- outgoing
-
-
-class _OutRequest(msgspec.Struct):
-    jsonrpc: str
-    id: int
-    method: str
-    params: Any
-
-
-class _OutNotification(msgspec.Struct):
-    jsonrpc: str
-    method: str
-    params: Any
-
-
-class _OutResult(msgspec.Struct):
-    jsonrpc: str
-    id: RpcId | None
-    result: Any
-
-
-class _OutError(msgspec.Struct):
-    jsonrpc: str
-    id: RpcId | None
-    error: RpcError
-
-
-_decode_any = JsonDecoder[Any]().decode
-_encode = msgspec.json.Encoder().encode
-
-
-class JsonRpcCodec:
-    """Frames and classifies messages for one connection; numbers the gateway's requests."""
-
-    def __init__(self) -> None:
-        self._next_id = 0
-        self._pending: dict[int, str] = {}
-
-    # -------------------------------------------------------------- in
-
-    def decode(self, line: bytes) -> Incoming:
-        try:
-            raw = _decode_any(line)
-        except msgspec.DecodeError as exc:
-            return Reject(self.error(None, PARSE_ERROR, f"Parse error: {exc}"))
-        if isinstance(raw, list):
-            return Reject(self.error(None, INVALID_REQUEST, "Invalid request: batches are not supported"))
-        if not isinstance(raw, dict):
-            return Reject(self.error(None, INVALID_REQUEST, "Invalid request: a message must be a JSON object"))
-        try:
-            env = msgspec.convert(raw, _Envelope)
-        except msgspec.ValidationError as exc:
-            return Reject(self.error(_plain_id(raw), INVALID_REQUEST, f"Invalid request: {exc}"))
-        rid = None if isinstance(env.id, UnsetType) else env.id
-        if env.jsonrpc != JSONRPC:
-            return Reject(self.error(rid, INVALID_REQUEST, 'Invalid request: "jsonrpc" must be "2.0"'))
-        params = None if isinstance(env.params, UnsetType) else env.params
-        if not isinstance(env.method, UnsetType):
-            if isinstance(env.id, UnsetType):
-                return Notification(env.method, params)
-            return Request(rid, env.method, params)
-        if isinstance(env.result, UnsetType) and isinstance(env.error, UnsetType):
-            return Reject(self.error(rid, INVALID_REQUEST, 'Invalid request: no "method", "result" or "error"'))
-        if rid is None:
-            return Ignored(f"the editor reported an error about an unidentified message: {raw.get('error')!r}")
-        if not isinstance(rid, int) or (method := self._pending.pop(rid, None)) is None:
-            return Ignored(f"response to an unknown request id {rid!r}")
-        if not isinstance(env.error, UnsetType):
-            return Response(rid, method, error=_rpc_error(env.error))
-        return Response(rid, method, result=env.result)
-
-    # -------------------------------------------------------------- out
-
-    def request(self, method: str, params: Any) -> tuple[int, bytes]:
-        """Number a request to the editor and remember it until its response (or :meth:`forget`)."""
-        rid = self._next_id
-        self._next_id += 1
-        self._pending[rid] = method
-        return rid, _encode(_OutRequest(JSONRPC, rid, method, params))
-
-    def forget(self, rid: int) -> None:
-        """Stop waiting for a response (timed out): a late one is then ignored."""
-        self._pending.pop(rid, None)
-
-    @staticmethod
-    def result(rid: RpcId | None, result: Any) -> bytes:
-        return _encode(_OutResult(JSONRPC, rid, result))
-
-    @staticmethod
-    def error(rid: RpcId | None, code: int, message: str, data: Any = None) -> bytes:
-        return _encode(_OutError(JSONRPC, rid, RpcError(code=code, message=message, data=data)))
-
-    @staticmethod
-    def failure(rid: RpcId | None, failure: RpcFailure) -> bytes:
-        return _encode(_OutError(JSONRPC, rid, failure.error))
-
-    @staticmethod
-    def notification(method: str, params: Any) -> bytes:
-        return _encode(_OutNotification(JSONRPC, method, params))
-
-
-def decode_params(params: Any, kind: type[T]) -> T:
-    """Validate a method's params into its wire Struct; bad params answer ``-32602``."""
-    if params is None:
-        params = {}
-    if not isinstance(params, dict):
-        raise RpcFailure(INVALID_PARAMS, "Invalid params: expected a JSON object")
-    try:
-        return msgspec.convert(params, kind)
-    except msgspec.ValidationError as exc:
-        raise RpcFailure(INVALID_PARAMS, f"Invalid params: {exc}") from None
-
-
-def _plain_id(raw: dict[str, Any]) -> RpcId | None:
-    rid = raw.get("id")
-    return rid if isinstance(rid, (int, str)) and not isinstance(rid, bool) else None
-
-
-def _rpc_error(value: Any) -> RpcError:
-    try:
-        return msgspec.convert(value, RpcError)
-    except msgspec.ValidationError:
-        return RpcError(code=INTERNAL_ERROR, message=f"malformed error from the editor: {value!r}")
 
 
 # ---------------------------------------------------------------- method params (editor -> gateway)
@@ -261,9 +42,37 @@ class NewSessionParams(msgspec.Struct, rename="camel"):
 
 
 class LoadSessionParams(msgspec.Struct, rename="camel"):
+    """``session/load`` and ``session/resume`` (the same params: one replays, one does not)."""
+
     session_id: str
     cwd: str
     mcp_servers: list[Any] = []
+
+
+class ListSessionsParams(msgspec.Struct, rename="camel"):
+    cwd: str | None = None
+    cursor: str | None = None
+
+
+class AuthenticateParams(msgspec.Struct, rename="camel"):
+    """The schema requires ``methodId``; with no authentication needed, none is insisted on."""
+
+    method_id: str | None = None
+
+
+class SetConfigOptionParams(msgspec.Struct, rename="camel"):
+    """A select's value id (``type`` absent), or a boolean (``type: "boolean"``)."""
+
+    session_id: str
+    config_id: str
+    value: str | bool
+    type: str | None = None
+
+
+class CancelRequestParams(msgspec.Struct, rename="camel"):
+    """``$/cancel_request``: the id of one of the editor's requests still in progress."""
+
+    request_id: int | str | None
 
 
 class TextBlock(msgspec.Struct, tag="text", tag_field="type"):
@@ -363,6 +172,44 @@ class ReadTextFileResult(msgspec.Struct):
     content: str
 
 
+class EnvVariable(msgspec.Struct, frozen=True):
+    name: str
+    value: str
+
+
+class CreateTerminalParams(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
+    session_id: str
+    command: str
+    args: tuple[str, ...] = ()
+    env: tuple[EnvVariable, ...] = ()
+    cwd: str | None = None
+    output_byte_limit: int | None = None
+
+
+class TerminalParams(msgspec.Struct, kw_only=True, rename="camel"):
+    """``terminal/output``, ``wait_for_exit``, ``kill`` and ``release``: one terminal of a session."""
+
+    session_id: str
+    terminal_id: str
+
+
+class CreateTerminalResult(msgspec.Struct, rename="camel"):
+    terminal_id: str
+
+
+class TerminalExitStatus(msgspec.Struct, rename="camel"):
+    """How a command ended (also the result of ``terminal/wait_for_exit``)."""
+
+    exit_code: int | None = None
+    signal: str | None = None
+
+
+class TerminalOutputResult(msgspec.Struct, rename="camel"):
+    output: str
+    truncated: bool = False
+    exit_status: TerminalExitStatus | None = None
+
+
 # ---------------------------------------------------------------- session/update (gateway -> editor)
 
 
@@ -388,14 +235,23 @@ class Resource(msgspec.Struct, frozen=True, tag="resource", tag_field="type"):
 Content = Text | Image | Resource
 
 
-class ToolContent(msgspec.Struct, frozen=True, tag="content", tag_field="type"):
-    content: Content
-
-
 class Diff(msgspec.Struct, frozen=True, tag="diff", tag_field="type", rename="camel", omit_defaults=True):
     path: str
     new_text: str
     old_text: str | None = None
+
+
+class ToolContent(msgspec.Struct, frozen=True, tag="content", tag_field="type"):
+    content: Content
+
+
+class ToolTerminal(msgspec.Struct, frozen=True, tag="terminal", tag_field="type", rename="camel"):
+    """A terminal the editor shows live inside the tool call (the ``run_command`` tool)."""
+
+    terminal_id: str
+
+
+CallContent = ToolContent | Diff | ToolTerminal
 
 
 class Location(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -409,14 +265,17 @@ class _Update(msgspec.Struct, frozen=True, kw_only=True, tag_field="sessionUpdat
 
 class UserMessageChunk(_Update, frozen=True, tag="user_message_chunk"):
     content: Content
+    message_id: str | None = None  # chunks of one message share it
 
 
 class AgentMessageChunk(_Update, frozen=True, tag="agent_message_chunk"):
     content: Content
+    message_id: str | None = None
 
 
 class AgentThoughtChunk(_Update, frozen=True, tag="agent_thought_chunk"):
     content: Content
+    message_id: str | None = None
 
 
 class ToolCallStart(_Update, frozen=True, tag="tool_call"):
@@ -425,14 +284,14 @@ class ToolCallStart(_Update, frozen=True, tag="tool_call"):
     kind: str
     status: str
     raw_input: Any = None
-    content: tuple[ToolContent | Diff, ...] = ()
+    content: tuple[CallContent, ...] = ()
     locations: tuple[Location, ...] = ()
 
 
 class ToolCallProgress(_Update, frozen=True, tag="tool_call_update"):
     tool_call_id: str
     status: str
-    content: tuple[ToolContent | Diff, ...] = ()
+    content: tuple[CallContent, ...] = ()
 
 
 class CommandInput(msgspec.Struct, frozen=True):
@@ -458,14 +317,55 @@ class UsageUpdate(_Update, frozen=True, tag="usage_update"):
     size: int
 
 
+class PlanEntry(msgspec.Struct, frozen=True):
+    """One step of the model's plan (the ``update_plan`` tool's entries have this shape)."""
+
+    content: str
+    priority: Literal["high", "medium", "low"]
+    status: Literal["pending", "in_progress", "completed"]
+
+
+class PlanUpdate(_Update, frozen=True, tag="plan"):
+    entries: tuple[PlanEntry, ...]
+
+
+class ConfigValue(msgspec.Struct, frozen=True, omit_defaults=True):
+    value: str
+    name: str
+    description: str | None = None
+
+
+class SelectOption(msgspec.Struct, frozen=True, kw_only=True, tag="select", tag_field="type", rename="camel", omit_defaults=True):
+    """A session config option shown as a drop-down (``type: "select"``)."""
+
+    id: str
+    name: str
+    current_value: str
+    options: tuple[ConfigValue, ...]
+    description: str | None = None
+    category: str | None = None
+
+
+class ConfigOptionUpdate(_Update, frozen=True, tag="config_option_update"):
+    config_options: tuple[SelectOption, ...]
+
+
+class SessionInfoUpdate(_Update, frozen=True, tag="session_info_update"):
+    title: str | None = None
+    updated_at: str | None = None  # ISO 8601
+
+
 Update = (
     UserMessageChunk
     | AgentMessageChunk
     | AgentThoughtChunk
     | ToolCallStart
     | ToolCallProgress
+    | PlanUpdate
     | AvailableCommandsUpdate
     | CurrentModeUpdate
+    | ConfigOptionUpdate
+    | SessionInfoUpdate
     | UsageUpdate
 )
 
@@ -473,3 +373,20 @@ Update = (
 class SessionNotification(msgspec.Struct, frozen=True, rename="camel"):
     session_id: str
     update: Update
+
+
+# ---------------------------------------------------------------- results of the editor's session methods
+
+
+class ListedSession(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    session_id: str
+    cwd: str
+    title: str | None = None
+    updated_at: str | None = None  # ISO 8601
+
+
+class SessionPage(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    """The result of ``session/list``; no ``nextCursor``: the last page."""
+
+    sessions: tuple[ListedSession, ...]
+    next_cursor: str | None = None

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -23,10 +24,16 @@ import acp
 from acp.schema import (
     AllowedOutcome,
     ClientCapabilities,
+    CreateTerminalResponse,
     DeniedOutcome,
     FileSystemCapabilities,
+    KillTerminalResponse,
     ReadTextFileResponse,
+    ReleaseTerminalResponse,
     RequestPermissionResponse,
+    TerminalExitStatus,
+    TerminalOutputResponse,
+    WaitForTerminalExitResponse,
     WriteTextFileResponse,
 )
 
@@ -46,8 +53,33 @@ def gateway_args(backend: str, *more: str) -> list[str]:
     return ["-m", "gateway", "serve", "--transport", "acp", "--backend", backend, *more]
 
 
+class Terminal:
+    """A command the editor runs for the agent: a real subprocess, its output kept (tail-first cut)."""
+
+    def __init__(self, process: asyncio.subprocess.Process, limit: int | None) -> None:
+        self.process = process
+        self.limit = limit
+        self.output = bytearray()
+        self.truncated = False
+        self.reader = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        assert self.process.stdout is not None
+        while chunk := await self.process.stdout.read(4096):
+            self.output += chunk
+            if self.limit is not None and len(self.output) > self.limit:
+                del self.output[: len(self.output) - self.limit]
+                self.truncated = True
+
+    def status(self) -> TerminalExitStatus | None:
+        code = self.process.returncode
+        if code is None:
+            return None
+        return TerminalExitStatus(exit_code=None, signal=signal.Signals(-code).name) if code < 0 else TerminalExitStatus(exit_code=code)
+
+
 class RecordingClient:
-    """An editor stand-in: records updates, answers permission and file requests as told."""
+    """An editor stand-in: records updates, answers permission, file and terminal requests as told."""
 
     def __init__(self, *, permission: str | None = "allow_once", files: dict[str, str] | None = None) -> None:
         self.updates: list[Any] = []
@@ -57,6 +89,9 @@ class RecordingClient:
         self.reads: list[tuple[str, int | None, int | None]] = []
         self.writes: list[tuple[str, str]] = []
         self.on_update: Any = None
+        self.terminals: dict[str, Terminal] = {}
+        self.terminal_calls: list[tuple[str, str]] = []  # (method, terminal id), in order
+        self.created: list[dict[str, Any]] = []  # terminal/create params
 
     async def request_permission(self, options: list[Any], session_id: str, tool_call: Any, **kwargs: Any) -> RequestPermissionResponse:
         self.permission_requests.append((tool_call, options))
@@ -78,6 +113,46 @@ class RecordingClient:
         self.files[path] = content
         return WriteTextFileResponse()
 
+    async def create_terminal(
+        self, session_id: str, command: str, args: list[str] | None = None, env: Any = None, cwd: str | None = None, output_byte_limit: int | None = None, **kwargs: Any
+    ) -> CreateTerminalResponse:
+        process = await asyncio.create_subprocess_exec(command, *(args or []), cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        terminal_id = f"term-{len(self.created)}"
+        self.created.append({"command": command, "args": args, "cwd": cwd, "output_byte_limit": output_byte_limit})
+        self.terminals[terminal_id] = Terminal(process, output_byte_limit)
+        self.terminal_calls.append(("create", terminal_id))
+        return CreateTerminalResponse(terminal_id=terminal_id)
+
+    async def terminal_output(self, session_id: str, terminal_id: str, **kwargs: Any) -> TerminalOutputResponse:
+        self.terminal_calls.append(("output", terminal_id))
+        terminal = self.terminals[terminal_id]
+        return TerminalOutputResponse(output=terminal.output.decode(errors="replace"), truncated=terminal.truncated, exit_status=terminal.status())
+
+    async def wait_for_terminal_exit(self, session_id: str, terminal_id: str, **kwargs: Any) -> WaitForTerminalExitResponse:
+        self.terminal_calls.append(("wait_for_exit", terminal_id))
+        terminal = self.terminals[terminal_id]
+        await terminal.process.wait()
+        await terminal.reader
+        status = terminal.status()
+        assert status is not None
+        return WaitForTerminalExitResponse(exit_code=status.exit_code, signal=status.signal)
+
+    async def kill_terminal(self, session_id: str, terminal_id: str, **kwargs: Any) -> KillTerminalResponse:
+        self.terminal_calls.append(("kill", terminal_id))
+        process = self.terminals[terminal_id].process
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        return KillTerminalResponse()
+
+    async def release_terminal(self, session_id: str, terminal_id: str, **kwargs: Any) -> ReleaseTerminalResponse:
+        self.terminal_calls.append(("release", terminal_id))
+        process = self.terminals[terminal_id].process
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        return ReleaseTerminalResponse()
+
     # ------------------------------------------------------------ views
 
     def kinds(self) -> list[str]:
@@ -90,8 +165,8 @@ class RecordingClient:
         return [u for u in self.updates if u.session_update == kind]
 
 
-def capabilities(read: bool = False, write: bool = False) -> ClientCapabilities:
-    return ClientCapabilities(fs=FileSystemCapabilities(read_text_file=read, write_text_file=write))
+def capabilities(read: bool = False, write: bool = False, terminal: bool = False) -> ClientCapabilities:
+    return ClientCapabilities(fs=FileSystemCapabilities(read_text_file=read, write_text_file=write), terminal=terminal)
 
 
 @contextlib.asynccontextmanager
@@ -200,3 +275,31 @@ def raw_gateway(backend: str, cwd: Path, db: Path, *args: str, **env: str) -> It
             gateway.proc.wait()
         if not gateway.log.closed:
             gateway.log.close()
+
+
+def stdio_session(backend: str, cwd: Path, db: Path, text: str) -> str:
+    """A conversation held through another dialect (stdio) in the same store; its session id."""
+    with open(cwd / "gateway.log", "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--transport", "stdio", "--backend", backend],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env=gateway_env(db),
+            cwd=cwd,
+        )
+        deadline = threading.Timer(20.0, proc.kill)  # a hung gateway ends the read below
+        deadline.start()
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(json.dumps({"type": "prompt", "text": text, "request_id": "1"}).encode() + b"\n")
+            proc.stdin.flush()
+            finished = next(m for m in map(json.loads, proc.stdout) if m.get("type") == "run_finished")
+            proc.stdin.close()
+            assert proc.wait(20) == 0
+        finally:
+            deadline.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return str(finished["session_id"])

@@ -12,28 +12,35 @@ from hypothesis import strategies as st
 
 from kernel import model as m
 from transports.acp import codec as acp
+from transports.acp import session_meta
 from transports.acp.codec import negotiate_version
-from transports.acp.wire import (
-    AgentMessageChunk,
+from transports.acp.jsonrpc import (
     Ignored,
-    InitializeParams,
     JsonRpcCodec,
-    LoadSessionParams,
-    NewSessionParams,
     Notification,
-    PromptParams,
     Reject,
     Request,
     Response,
     RpcError,
     RpcFailure,
+    decode_params,
+)
+from transports.acp.wire import (
+    AgentMessageChunk,
+    AuthenticateParams,
+    CancelRequestParams,
+    InitializeParams,
+    ListSessionsParams,
+    LoadSessionParams,
+    NewSessionParams,
+    PromptParams,
     SessionNotification,
     SessionParams,
+    SetConfigOptionParams,
     SetModelParams,
     SetModeParams,
     Text,
     TextBlock,
-    decode_params,
 )
 
 
@@ -206,8 +213,10 @@ def _run_ids() -> dict[str, Any]:
 def test_session_stream_updates() -> None:
     stream = acp.SessionStream("/p", 1000)
     ids = _run_ids()
-    assert wire(stream.updates(m.TextDelta(**ids, text="hi"))) == [{"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}]
-    assert wire(stream.updates(m.ReasoningDelta(**ids, text="hm"))) == [{"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hm"}}]
+    chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}, "messageId": "r-0"}
+    assert wire(stream.updates(m.TextDelta(**ids, text="hi"))) == [chunk]
+    thought = {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hm"}, "messageId": "r-0"}
+    assert wire(stream.updates(m.ReasoningDelta(**ids, text="hm"))) == [thought]
     assert stream.updates(m.TextDelta(**ids, text="")) == []
     call = m.ToolCallStarted(
         **ids, call_id="c0", name="write_file", arguments='{"path": "d/x.txt", "content": "new"}', category="files", access="update", needs_approval=True
@@ -235,6 +244,74 @@ def test_session_stream_updates() -> None:
     assert wire(stream.updates(end)) == [{"sessionUpdate": "usage_update", "used": 15, "size": 1000}]
     for quiet in (m.RunStarted(**ids), m.TurnStarted(**ids, turn=1), m.ToolApprovalRequested(**ids, call_id="c", name="n", arguments="{}")):
         assert stream.updates(quiet) == []
+
+
+def test_each_model_call_is_one_message_and_usage_counts_the_context() -> None:
+    stream = acp.SessionStream("/p", 100)
+    ids = _run_ids()
+    first = stream.updates(m.TurnStarted(**ids, turn=3, iteration=0), m.TextDelta(**ids, text="a"), m.ReasoningDelta(**ids, text="b"))
+    second = stream.updates(m.TurnStarted(**ids, turn=4, iteration=1), m.TextDelta(**ids, text="c"))
+    assert [u["messageId"] for u in wire(first)] == ["r-0", "r-0"] and [u["messageId"] for u in wire(second)] == ["r-1"]
+    end = m.RunFinished(**ids, text="ac", usage=m.Usage(input_tokens=900, output_tokens=20), context_tokens=480)
+    assert wire(stream.updates(end)) == [{"sessionUpdate": "usage_update", "used": 500, "size": 500}]
+    other = dict(ids, run_id="r2")
+    assert [u["messageId"] for u in wire(stream.updates(m.TextDelta(**other, text="d")))] == ["r2-0"]
+
+
+PLAN = {"entries": [{"content": "read the code", "priority": "high", "status": "completed"}, {"content": "fix it", "priority": "medium", "status": "in_progress"}]}
+
+
+def test_a_successful_update_plan_call_becomes_the_editors_plan() -> None:
+    stream = acp.SessionStream("/p", 100)
+    ids = _run_ids()
+    call = m.ToolCallStarted(**ids, call_id="p1", name="update_plan", arguments=json.dumps(PLAN), category="plan")
+    start = wire(stream.updates(call))
+    assert [u["sessionUpdate"] for u in start] == ["tool_call", "tool_call_update"] and start[0]["kind"] == "think"
+    done = wire(stream.updates(m.ToolResult(**ids, call_id="p1", name="update_plan", result="plan updated: 2 steps")))
+    assert done[1] == {"sessionUpdate": "plan", "entries": PLAN["entries"]}
+    # A plan the tool refused (or arguments that are no plan) shows nothing.
+    bad = m.ToolCallStarted(**ids, call_id="p2", name="update_plan", arguments=json.dumps(PLAN))
+    stream.updates(bad)
+    failed = stream.updates(m.ToolResult(**ids, call_id="p2", name="update_plan", result="tool error: invalid", outcome="error", is_error=True))
+    assert [u["sessionUpdate"] for u in wire(failed)] == ["tool_call_update"]
+    stream.updates(m.ToolCallStarted(**ids, call_id="p3", name="update_plan", arguments='{"entries": "soon"}'))
+    assert len(stream.updates(m.ToolResult(**ids, call_id="p3", name="update_plan", result="ok"))) == 1
+    assert acp.plan_entries("not json") is None and acp.plan_entries('{"entries": [{"content": "x"}]}') is None
+
+
+def test_a_terminal_stays_in_its_tool_call_to_the_end() -> None:
+    stream = acp.SessionStream("/p", 100)
+    ids = _run_ids()
+    stream.updates(m.ToolCallStarted(**ids, call_id="t1", name="run_command", arguments='{"command": "ls", "args": ["-l", "a b"]}', needs_approval=True))
+    assert wire(stream.show_terminal("t1", "term-7")) == {
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": "t1",
+        "status": "in_progress",
+        "content": [{"type": "terminal", "terminalId": "term-7"}],
+    }
+    [done] = wire(stream.updates(m.ToolResult(**ids, call_id="t1", name="run_command", result="tool error: exit code 2", outcome="error", is_error=True)))
+    assert done["status"] == "failed" and done["content"] == [{"type": "terminal", "terminalId": "term-7"}]
+    stream.updates(m.RunFinished(**ids, text=""))
+    [later] = wire(stream.updates(m.ToolResult(**ids, call_id="t1", name="run_command", result="again")))
+    assert later["content"][0]["type"] == "content", "forgotten at the run's end"
+    assert acp.tool_title("run_command", {"command": "ls", "args": ["-l", "a b"]}) == "Run command ls -l 'a b'"
+
+
+def test_calls_a_run_leaves_open_end_failed_before_its_usage() -> None:
+    stream = acp.SessionStream("/p", 100)
+    ids = _run_ids()
+    stream.updates(m.ToolCallStarted(**ids, call_id="a", name="current_time", arguments="{}"))
+    stream.updates(m.ToolResult(**ids, call_id="a", name="current_time", result="noon"))
+    stream.updates(m.ToolCallStarted(**ids, call_id="b", name="run_command", arguments='{"command": "sleep"}', needs_approval=True))
+    stream.show_terminal("b", "t9")
+    ended = wire(stream.updates(m.RunFinished(**ids, text="", interrupted=True, stop_reason="interrupted")))
+    assert [(u["sessionUpdate"], u.get("toolCallId"), u.get("status")) for u in ended] == [("tool_call_update", "b", "failed"), ("usage_update", None, None)]
+    assert ended[0]["content"] == [{"type": "terminal", "terminalId": "t9"}]
+    stream.updates(m.ToolCallStarted(**ids, call_id="c", name="current_time", arguments="{}"))
+    failed = wire(stream.updates(m.RunFailed(**ids, error=m.ErrorInfo(code="internal", message="x"))))
+    assert failed == [
+        {"sessionUpdate": "tool_call_update", "toolCallId": "c", "status": "failed", "content": [{"type": "content", "content": {"type": "text", "text": "interrupted before the tool finished"}}]}
+    ]
 
 
 def test_a_call_refused_without_a_question_is_never_shown_running() -> None:
@@ -307,6 +384,7 @@ def test_history_replay() -> None:
         "tool_call_update",
         "agent_message_chunk",
     ]
+    assert [u.get("messageId") for u in replay] == ["history-1", "history-2", "history-2", "history-2", "history-3", None, None, "history-5"]
     assert replay[2]["content"] == {"type": "image", "data": "aGk=", "mimeType": "image/png"}
     assert replay[3]["content"] == {"type": "resource", "resource": {"uri": "a.md", "text": "# a", "mimeType": "text/markdown"}}
     assert replay[6]["status"] == "failed"
@@ -321,35 +399,59 @@ def test_history_replay_reads_outcomes_not_text() -> None:
     assert [u.get("status") for u in wire(acp.history_updates(history, "/w"))] == ["pending", "pending", "completed", "failed"]
 
 
+def test_history_replay_restores_the_plan() -> None:
+    history = [
+        m.Message(role="assistant", tool_calls=(m.ToolCall(id="p", name="update_plan", arguments=json.dumps(PLAN)),)),
+        m.Message(role="tool", tool_call_id="p", name="update_plan", content="plan updated", outcome="ok"),
+        m.Message(role="assistant", tool_calls=(m.ToolCall(id="q", name="update_plan", arguments='{"entries": []}'),)),
+        m.Message(role="tool", tool_call_id="q", name="update_plan", content="tool error", outcome="error"),
+    ]
+    replay = wire(acp.history_updates(history, "/w"))
+    assert [u for u in replay if u["sessionUpdate"] == "plan"] == [{"sessionUpdate": "plan", "entries": PLAN["entries"]}]
+
+
 def test_initialize_and_modes() -> None:
     result = acp.initialize_result(1, "1.2.3")
-    assert result["agentCapabilities"] == {"loadSession": True, "promptCapabilities": {"image": True, "audio": False, "embeddedContext": True}}
+    assert result["agentCapabilities"] == {
+        "loadSession": True,
+        "promptCapabilities": {"image": True, "audio": False, "embeddedContext": True},
+        "mcpCapabilities": {"http": False, "sse": False},
+        "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}},
+        "auth": {"logout": {}},
+    }
     assert result["authMethods"] == [] and result["agentInfo"]["name"] == "gateway" and result["agentInfo"]["version"] == "1.2.3"
     assert acp.prompt_options("ask").ask_before_tool_execution is True
     assert acp.prompt_options("default").ask_before_tool_execution is None
     assert acp.prompt_options("default").approval == m.ApprovalPolicy(mode="ask", turn_limit="stop")
-    assert acp.check_mode("ask") == "ask"
+    assert session_meta.check_mode("ask") == "ask"
     with pytest.raises(RpcFailure):
-        acp.check_mode("yolo")
+        session_meta.check_mode("yolo")
 
 
 # ---------------------------------------------------------------- fuzz
 
+_PARAMS_OF: dict[str, type[Any]] = {
+    "initialize": InitializeParams,
+    "authenticate": AuthenticateParams,
+    "session/new": NewSessionParams,
+    "session/load": LoadSessionParams,
+    "session/resume": LoadSessionParams,
+    "session/list": ListSessionsParams,
+    "session/close": SessionParams,
+    "session/delete": SessionParams,
+    "session/prompt": PromptParams,
+    "session/cancel": SessionParams,
+    "session/set_mode": SetModeParams,
+    "session/set_model": SetModelParams,
+    "session/set_config_option": SetConfigOptionParams,
+    "$/cancel_request": CancelRequestParams,
+}
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
     max_leaves=8,
 )
-_METHODS = ["initialize", "session/new", "session/load", "session/prompt", "session/cancel", "session/set_mode", "session/set_model", "x"]
-_PARAMS = {
-    "initialize": InitializeParams,
-    "session/new": NewSessionParams,
-    "session/load": LoadSessionParams,
-    "session/prompt": PromptParams,
-    "session/cancel": SessionParams,
-    "session/set_mode": SetModeParams,
-    "session/set_model": SetModelParams,
-}
+_METHODS = [*_PARAMS_OF, "x"]
 _messages = st.fixed_dictionaries(
     {},
     optional={
@@ -375,9 +477,9 @@ def test_fuzz_decode_never_raises(line: bytes) -> None:
     assert isinstance(message, (Request, Notification, Response, Reject, Ignored))
     if isinstance(message, Reject):
         assert json.loads(message.reply)["error"]["code"] in (-32700, -32600)
-    if isinstance(message, (Request, Notification)) and message.method in _PARAMS:
+    if isinstance(message, (Request, Notification)) and message.method in _PARAMS_OF:
         try:
-            params = decode_params(message.params, _PARAMS[message.method])
+            params = decode_params(message.params, _PARAMS_OF[message.method])
             if isinstance(params, PromptParams):
                 acp.prompt_parts(params.prompt)
         except RpcFailure as failure:

@@ -111,11 +111,16 @@ def test_cancel_answers_cancelled_exactly_once(backend: str, tmp_path: Path) -> 
     assert not [m for m in rest if m.get("id") == 2]
 
 
-def test_set_model_and_load_answer_null(backend: str, tmp_path: Path) -> None:
+def test_set_model_updates_the_model_option_and_load_answers_the_setup(backend: str, tmp_path: Path) -> None:
     with raw_gateway(backend, tmp_path, tmp_path / "g.db") as gw:
         gw.call(0, "initialize", INIT)
         session = gw.call(1, "session/new", {"cwd": str(tmp_path), "mcpServers": []})["result"]["sessionId"]
-        assert gw.call(2, "session/set_model", {"sessionId": session, "modelId": "my-model"})["result"] == {}
+        gw.send({"jsonrpc": "2.0", "id": 2, "method": "session/set_model", "params": {"sessionId": session, "modelId": "my-model"}})
+        changed, _ = gw.until_response(2)
+        assert changed["result"] == {}
+        [option_update] = [m["params"]["update"] for m in [gw.receive()] if m.get("method") == "session/update"]
+        assert option_update["sessionUpdate"] == "config_option_update"
+        assert [o["currentValue"] for o in option_update["configOptions"] if o["id"] == "model"] == ["my-model"]
         gw.send({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": {"sessionId": session, "prompt": [{"type": "text", "text": "/model"}]}})
         reply, before = gw.until_response(3)
         assert reply["result"]["stopReason"] == "end_turn"
@@ -123,7 +128,9 @@ def test_set_model_and_load_answer_null(backend: str, tmp_path: Path) -> None:
         assert gw.call(4, "session/set_model", {"sessionId": session})["error"]["code"] == -32602
         gw.send({"jsonrpc": "2.0", "id": 5, "method": "session/load", "params": {"sessionId": session, "cwd": str(tmp_path), "mcpServers": []}})
         loaded, replay = gw.until_response(5)
-        assert loaded == {"jsonrpc": "2.0", "id": 5, "result": None}
+        assert loaded["result"]["modes"]["currentModeId"] == "default"
+        assert [o["currentValue"] for o in loaded["result"]["configOptions"]] == ["default", "my-model", "0"]
+        assert not [m for m in replay if m["params"]["update"]["sessionUpdate"].endswith("message_chunk")], "slash commands are not history"
         code, rest = gw.close()
     assert code == 0
     assert any(m["params"]["update"]["sessionUpdate"] == "available_commands_update" for m in rest + replay if m.get("method"))

@@ -194,7 +194,8 @@ def test_load_session_after_restart_replays_history(backend: str, tmp_path: Path
             init = await conn.initialize(protocol_version=1, client_capabilities=capabilities())
             assert init.agent_capabilities.load_session
             reply = await conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
-            assert reply is None or reply.modes is None  # the wire answer is null (the SDK wraps it)
+            assert reply.modes.current_mode_id == "default"
+            assert [o.id for o in reply.config_options] == ["mode", "model", "max_turns"]
             with pytest.raises(RequestError) as missing:
                 await conn.load_session(cwd=str(tmp_path), session_id="no-such-session", mcp_servers=[])
             assert missing.value.code == -32002 and "no-such-session" in str(missing.value)
@@ -206,6 +207,8 @@ def test_load_session_after_restart_replays_history(backend: str, tmp_path: Path
     kinds = second.kinds()
     assert kinds.index("user_message_chunk") < kinds.index("agent_message_chunk") < kinds.index("tool_call")
     assert second.text("user_message_chunk").startswith("remember the walrus")
+    user, answer = second.of("user_message_chunk")[0], second.of("agent_message_chunk")[0]
+    assert user.message_id and answer.message_id and user.message_id != answer.message_id
     assert second.text().startswith("echo: remember the walrus")
     [call] = second.of("tool_call")
     assert call.kind == "read" or call.title.startswith("Write file")

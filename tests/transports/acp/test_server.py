@@ -7,17 +7,10 @@ permission or file request, answering with an error, going away mid-question).
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-from collections.abc import AsyncIterator, Callable
-from typing import Any
-
 import anyio
 import pytest
 
-from kernel import Kernel
-from kernel.model import Usage
+from kernel.model import GetHistory, HistoryView, Usage
 from kernel.provider import FinishChunk, ReasoningChunk, TextChunk, UsageChunk
 from kernel.settings import AgentSettings, SessionSettings, Settings
 from kernel.testing import (
@@ -28,96 +21,11 @@ from kernel.testing import (
     tool_turn,
 )
 from plugins.tools.builtin import BUILTIN_TOOLS
-from transports.acp import AcpConfig, AcpTransport
-from transports.shared import LineReader, LineWriter
+from transports.acp import AcpConfig
+
+from ._pipes import editor, prompt, updates
 
 pytestmark = pytest.mark.anyio
-
-Answerer = Callable[[dict[str, Any]], Any]
-
-
-class PipeEditor:
-    """The editor's end of the pipes: sends lines, reads lines, answers the gateway's requests."""
-
-    def __init__(self, to_gateway: int, from_gateway: int) -> None:
-        self.writer = LineWriter(to_gateway)
-        self.to_gateway = to_gateway
-        self.lines = LineReader(from_gateway).__aiter__()
-        self.requests: list[dict[str, Any]] = []
-
-    async def send(self, message: dict[str, Any]) -> None:
-        await self.writer.write_line(json.dumps(message).encode())
-
-    async def receive(self) -> dict[str, Any]:
-        with anyio.fail_after(10):
-            return json.loads(await self.lines.__anext__())
-
-    async def call(self, rid: Any, method: str, params: Any, answer: Answerer | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        await self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-        return await self.until(rid, answer)
-
-    async def until(self, rid: Any, answer: Answerer | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """Read up to the response to ``rid``, answering the gateway's requests with ``answer``."""
-        before: list[dict[str, Any]] = []
-        while True:
-            message = await self.receive()
-            if "method" in message and "id" in message:
-                self.requests.append(message)
-                reply = answer(message) if answer else None
-                if reply is not None:
-                    await self.send({"jsonrpc": "2.0", "id": message["id"], **reply})
-            elif "method" not in message and message.get("id") == rid:
-                return message, before
-            else:
-                before.append(message)
-
-    def close(self) -> None:
-        self.writer.close()
-        os.close(self.to_gateway)
-
-
-@contextlib.asynccontextmanager
-async def editor(kernel: Kernel, config: AcpConfig | None = None, *, fs: bool = False) -> AsyncIterator[tuple[PipeEditor, str]]:
-    """Serve ACP over two pipes; yields the editor end and an open session. Closing = EOF."""
-    in_r, in_w = os.pipe()
-    out_r, out_w = os.pipe()
-
-    async def serve(*, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        try:
-            await AcpTransport(stdin_fd=in_r, stdout_fd=out_w).serve(kernel, config or AcpConfig(), task_status=task_status)
-        finally:
-            os.close(out_w)  # like a process exiting: the editor sees EOF on the gateway's stdout
-
-    try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(serve)
-            pipe = PipeEditor(in_w, out_r)
-            caps = {"fs": {"readTextFile": fs, "writeTextFile": fs}}
-            await pipe.call(0, "initialize", {"protocolVersion": 1, "clientCapabilities": caps})
-            reply, _ = await pipe.call(1, "session/new", {"cwd": "/project", "mcpServers": []})
-            try:
-                yield pipe, reply["result"]["sessionId"]
-            finally:
-                pipe.close()
-                with anyio.fail_after(15):
-                    while True:  # drain until the gateway closes its end (serve returned)
-                        try:
-                            await pipe.lines.__anext__()
-                        except StopAsyncIteration:
-                            break
-    finally:
-        for fd in (in_r, out_r):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-
-def prompt(session: str, text: str) -> dict[str, Any]:
-    return {"sessionId": session, "prompt": [{"type": "text", "text": text}]}
-
-
-def updates(messages: list[dict[str, Any]], kind: str | None = None) -> list[dict[str, Any]]:
-    found = [m["params"]["update"] for m in messages if m.get("method") == "session/update"]
-    return [u for u in found if kind is None or u["sessionUpdate"] == kind]
 
 
 async def test_reasoning_and_max_tokens() -> None:
@@ -219,10 +127,12 @@ async def test_eof_while_asking_rejects_and_returns() -> None:
                 await pipe.send({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": prompt(session, "write")})
                 while (await pipe.receive()).get("method") != "session/request_permission":
                     pass
-            # editor() closed stdin and waited for the gateway to close stdout: serve returned.
-        live = kernel.sessions[session]
-        assert not live.busy and live.files is None
-        history = [m.content for m in live.context if m.role == "tool"]
+            # editor() closed stdin and waited for the gateway to close stdout: serve returned,
+            # having let the session go (nobody else follows it).
+        assert session not in kernel.sessions
+        stored = await kernel.execute(GetHistory(session_id=session))
+        assert isinstance(stored, HistoryView)
+        history = [m.content for m in stored.messages if m.role == "tool"]
     assert history and "declined" in history[0]
 
 
