@@ -167,6 +167,12 @@ class RemoteSubscription:
             await self._fill()
         return self._take()
 
+    async def prime(self) -> None:
+        """What is already there, at once — as a local subscription has its missed events (or
+        the notice that they are gone) ready when it is made: a follower that resumes relies on it."""
+        events = await self._cluster.read(self._session_id, self._read_seq, 0.001)
+        self._take_in(events)
+
     async def _fill(self) -> None:
         try:
             events = await self._cluster.read(self._session_id, self._read_seq, OWNER_CHECK_S)
@@ -174,11 +180,16 @@ class RemoteSubscription:
             log.warning("following session %s: %s; retrying", self._session_id, exc.message)
             await anyio.sleep(OWNER_CHECK_S)
             return
+        if events is not None and not events:
+            await self._check_position()
+            return
+        self._take_in(events)
+
+    def _take_in(self, events: list[Event] | None) -> None:
         if events is None:  # deleted
             self._closed = True
             return
         if not events:
-            await self._check_position()
             return
         if events[0].seq != self._read_seq + 1:
             self._buffer.append(

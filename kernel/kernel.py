@@ -320,7 +320,9 @@ class Kernel:
                 if after_seq is None:  # from now on: the stream's end
                     tail = await cluster.tail(session_id, 1)
                     after_seq = tail[-1].seq if tail else 0
-                return RemoteSubscription(self, cluster, session_id, after_seq, client)
+                remote = RemoteSubscription(self, cluster, session_id, after_seq, client)
+                await remote.prime()
+                return remote
         session = await self.session(session_id, create=False)
         return session.hub.subscribe(after_seq, buffer_size=buffer_size, client=client)
 
