@@ -32,6 +32,7 @@ BENCHMARKS = {
     "memory": "tests.bench.bench_memory",
     "latency": "tests.bench.bench_latency",
     "long-answers": "tests.bench.bench_long_answers",
+    "cluster": "tests.bench.bench_cluster",
     "http": "tests.bench.bench_http",
 }
 
