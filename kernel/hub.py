@@ -65,9 +65,12 @@ class EventHub:
         self._closed = False
         #: Where every event is copied too (a cluster's shared stream), if anywhere.
         self.mirror: Callable[[Event], None] | None = None
+        #: Set by :meth:`publish` when it woke a subscriber that was waiting for events.
+        self.woke_reader = False
 
     def publish(self, event: Event) -> Event:
         """Stamp the next ``seq`` on the event, retain it and offer it to every subscriber."""
+        self.woke_reader = False
         self.last_seq += 1
         stamped = msgspec.structs.replace(event, seq=self.last_seq)
         self._retain(stamped)
@@ -169,6 +172,7 @@ class Subscription:
         self._grace_s = grace_s
         self._clock = clock
         self._wake = anyio.Event()
+        self._waiting = False
         self._overflow_since: float | None = None
         self._delivered_seq = 0
         self._closed = False
@@ -206,7 +210,10 @@ class Subscription:
         ):
             self._buffer.append(event)
             self._bytes += size
-            self._wake.set()
+            if self._waiting:
+                self._waiting = False
+                self._hub.woke_reader = True
+                self._wake.set()
             return
         now = self._clock()
         if self._overflow_since is None:
@@ -259,8 +266,13 @@ class Subscription:
                 continue
             if self._closed:
                 raise StopAsyncIteration
-            self._wake = anyio.Event()
-            await self._wake.wait()
+            if self._wake.is_set():  # one event per wait that found nothing, not per event
+                self._wake = anyio.Event()
+            self._waiting = True
+            try:
+                await self._wake.wait()
+            finally:
+                self._waiting = False
 
     def receive_nowait(self) -> list[Event]:
         """Everything ready now without waiting (lets a writer batch one socket write)."""

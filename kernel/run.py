@@ -307,16 +307,11 @@ async def _confirm_turns(session: Session, policy: ApprovalPolicy, ids: Ids, max
     """Whether the run may go past the turn limit: the policy decides, or the client."""
     decision = policy.at_turn_limit()
     if decision == "ask":
-        await session.emit(
-            TurnLimitReached(
-                **ids,
-                current_turns=session.turns,
-                max_turns=max_turns,
-                reason=f"the session reached its limit of {max_turns} model turns",
-            )
+        reached = TurnLimitReached(
+            **ids, current_turns=session.turns, max_turns=max_turns, reason=f"the session reached its limit of {max_turns} model turns"
         )
         timeout_s = session.kernel.settings.session.turn_confirmation_timeout_s
-        go_on = (await session.machine.ask("turn_limit", None, timeout_s)).yes
+        go_on = (await session.machine.ask("turn_limit", None, timeout_s, lambda: session.emit(reached))).yes
     else:
         go_on = decision == "continue"
     if go_on:

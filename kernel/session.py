@@ -15,11 +15,12 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from .hub import EventHub
 from .jobs import ActiveRun, HistoryJob, Job, RunJob
-from .model import ContextCleared, Event, FileAccess, KernelError, Message, SessionInfo, ToolSource, Usage, parts_text
+from .model import ContextCleared, Event, FileAccess, KernelError, Message, ReasoningDelta, SessionInfo, TextDelta, ToolSource, Usage, parts_text
 from .run import execute_run
 from .settings import AgentSettings
 from .state import Answer, QuestionKind, SessionMachine
@@ -81,6 +82,7 @@ class Session:
         self._inbox_size = cfg.inbox_size
         self._wake = anyio.Event()
         self.closing = False
+        self._first_delta = False
         self._idle = anyio.Event()
         self._idle.set()
 
@@ -128,10 +130,21 @@ class Session:
         return self.active is not None or bool(self._inbox)
 
     async def emit(self, event: Event) -> Event:
-        """Publish an event; while a subscriber is behind, wait for it (within its grace)."""
+        """Publish an event; while a subscriber is behind, wait for it (within its grace).
+
+        The first delta of a run lets the readers it woke run before the run goes on —
+        before the provider's next chunk is parsed — so the first token is never held back
+        behind a burst; after it, deltas pile up in busy readers' buffers and merge, which
+        is what makes bursts cheap. (Other events do not yield: a client that sees
+        ``run_finished`` finds the session idle.)
+        """
         stamped = self.hub.publish(event)
         if self.hub.backlogged:
             await self.hub.room()
+        elif self._first_delta and isinstance(event, TextDelta | ReasoningDelta):
+            self._first_delta = False
+            if self.hub.woke_reader:
+                await anyio.lowlevel.checkpoint()
         return stamped
 
     # -------------------------------------------------------------- inbox
@@ -189,6 +202,7 @@ class Session:
             # Accepted before the interrupt arrived: it still ends, once, as interrupted.
             run.interrupt()
         self.machine.move("start_run")
+        self._first_delta = True
         try:
             await execute_run(self, run)
         finally:

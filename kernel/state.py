@@ -22,6 +22,7 @@ go through :meth:`SessionMachine.ask`: one "ask the client and wait" for both.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 import anyio
@@ -86,15 +87,18 @@ class SessionMachine:
         question = self._question
         return question.key if question is not None and question.kind == "tool_approval" else None
 
-    async def ask(self, kind: QuestionKind, key: str | None, timeout_s: float) -> Answer:
-        """Wait for the client's answer; no answer within ``timeout_s`` is a "no" that timed out.
+    async def ask(self, kind: QuestionKind, key: str | None, timeout_s: float, announce: Callable[[], Awaitable[object]]) -> Answer:
+        """Open the question, ``announce`` it (publish the event clients answer), and wait for
+        the answer; no answer within ``timeout_s`` is a "no" that timed out.
 
-        The state is ``awaiting_*`` exactly while the question is open, and back to
+        The question is open before it is announced, so an answer that comes at once is
+        taken. The state is ``awaiting_*`` exactly while the question is open, and back to
         ``running`` afterwards, whether it was answered, timed out or cancelled.
         """
         self.move(_ASKS[kind])
         question = self._question = _Question(kind, key)
         try:
+            await announce()
             with anyio.move_on_after(timeout_s):
                 await question.answered.wait()
             return question.answer

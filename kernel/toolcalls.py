@@ -84,6 +84,10 @@ class ToolRunner:
         self.ask_before = session.agent.ask_before_tool_execution if ask is None else ask
 
     def specs(self) -> tuple[ToolSpec, ...]:
+        """The tools of the next model call, asked for again at each one: a tool source whose
+        list changed during the run (an MCP server's ``listChanged``) is seen at once."""
+        if self.active.job.options.use_tools:
+            self.tools = self.session.kernel.tools_for(self.session.agent, self.session)
         agent = [tool.spec() for name, tool in self.tools.items() if name not in self.client_tools]
         client = [ToolSpec(name=t.name, description=t.description, parameters=t.parameters) for t in self.client_tools.values()]
         return (*agent, *client)
@@ -175,17 +179,10 @@ class ToolRunner:
         timeout = session.approval_timeout_s
         if timeout is None:
             timeout = session.kernel.settings.session.approval_timeout_s
-        await session.emit(
-            ToolApprovalRequested(
-                **self.ids,
-                call_id=call.id,
-                name=call.name,
-                arguments=call.arguments,
-                description=tool.description,
-                timeout_s=timeout,
-            )
+        asked = ToolApprovalRequested(
+            **self.ids, call_id=call.id, name=call.name, arguments=call.arguments, description=tool.description, timeout_s=timeout
         )
-        answer = await session.machine.ask("tool_approval", call.id, timeout)
+        answer = await session.machine.ask("tool_approval", call.id, timeout, lambda: session.emit(asked))
         if answer.timed_out:
             return False, "approval timed out"
         if answer.remember:

@@ -81,9 +81,9 @@ async def test_one_ask_serves_both_questions_and_refuses_stray_answers() -> None
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(answer_soon)
-        answer = await machine.ask("tool_approval", "c1", timeout_s=5)
+        answer = await machine.ask("tool_approval", "c1", 5, anyio.lowlevel.checkpoint)
     assert (answer.yes, answer.reason, machine.state) == (True, "fine", "running")
-    timed_out = await machine.ask("turn_limit", None, timeout_s=0)
+    timed_out = await machine.ask("turn_limit", None, 0, anyio.lowlevel.checkpoint)
     assert timed_out.timed_out and not timed_out.yes and machine.state == "running"
 
 
