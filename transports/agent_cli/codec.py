@@ -23,6 +23,7 @@ from typing import Any, Literal
 import msgspec
 
 from kernel import model as m
+from transports.shared.coalesce import DeltaCoalescer
 from transports.shared.jsonwire import decode_json
 
 from . import wire
@@ -89,8 +90,12 @@ class AgentCliCodec:
         limits: Limits = Limits(),
         max_queued_requests: int = 8,
         approval: m.ApprovalPolicy | None = None,
+        coalescer: DeltaCoalescer | None = None,
     ) -> None:
         self.session_id = session_id
+        #: Streamed text held back up to a window (``coalesce_ms``) so a fast model makes fewer frames.
+        self.coalescer = coalescer or DeltaCoalescer(0, 0)
+        self._held_for: str | None = None  # the request whose streamed text the coalescer holds
         self.complete_tag = complete_tag
         self.non_stream_tool_activity = non_stream_tool_activity
         self.limits = limits
@@ -191,22 +196,53 @@ class AgentCliCodec:
 
     # -------------------------------------------------------------- events
 
-    def on_events(self, events: list[m.Event]) -> list[str]:
-        """Session events -> frames; adjacent stream chunks of one request become one frame."""
+    @property
+    def deadline(self) -> float | None:
+        """When held-back streamed text must go out (the writer waits for events until then)."""
+        return self.coalescer.deadline
+
+    def on_events(self, events: list[m.Event], now: float = 0.0) -> list[str]:
+        """Session events -> frames; adjacent stream chunks of one request become one frame
+        and, with a coalescing window, wait in it (any other frame sends them first)."""
+        frames = [frame for event in events for frame in self._event(event)]
+        return self._encode_merged(self._coalesce(frames, now) if self.coalescer.enabled else frames)
+
+    def tick(self, now: float) -> list[str]:
+        """The window passed with no new event: the held-back text, if its time has come."""
+        return self._encode_merged(self._held(self.coalescer.due(now)))
+
+    def _held(self, text: str | None) -> list[wire.RemoteResponse]:
+        return [] if text is None or self._held_for is None else [_frame(self._held_for, wire.StreamBody(text))]
+
+    def _coalesce(self, frames: list[wire.RemoteResponse], now: float) -> list[wire.RemoteResponse]:
+        """Stream text into the window; anything else (or another request's text) flushes it."""
         out: list[wire.RemoteResponse] = []
-        for event in events:
-            for frame in self._event(event):
-                last = out[-1] if out else None
-                if (
-                    last is not None
-                    and isinstance(frame.response, wire.StreamBody)
-                    and isinstance(last.response, wire.StreamBody)
-                    and last.request_id == frame.request_id
-                    and len(last.response.value) + len(frame.response.value) <= MAX_MERGED_STREAM_CHARS
-                ):
-                    last.response = wire.StreamBody(last.response.value + frame.response.value)
-                else:
-                    out.append(frame)
+        for frame in frames:
+            streamed = frame.response.value if isinstance(frame.response, wire.StreamBody) else None
+            if streamed is None or frame.request_id != self._held_for:
+                out += self._held(self.coalescer.flush())
+            if streamed is None:
+                out.append(frame)
+                continue
+            self._held_for = frame.request_id
+            out += self._held(self.coalescer.push(streamed, now))
+        return out
+
+    @staticmethod
+    def _encode_merged(frames: list[wire.RemoteResponse]) -> list[str]:
+        out: list[wire.RemoteResponse] = []
+        for frame in frames:
+            last = out[-1] if out else None
+            if (
+                last is not None
+                and isinstance(frame.response, wire.StreamBody)
+                and isinstance(last.response, wire.StreamBody)
+                and last.request_id == frame.request_id
+                and len(last.response.value) + len(frame.response.value) <= MAX_MERGED_STREAM_CHARS
+            ):
+                last.response = wire.StreamBody(last.response.value + frame.response.value)
+            else:
+                out.append(frame)
         return [_encode(frame).decode("utf-8") for frame in out]
 
     def _run(self, event: m.RunEvent, *, end: bool = False) -> _Run:
@@ -299,8 +335,10 @@ class AgentCliCodec:
     # -------------------------------------------------------------- connection-level
 
     def events_lost(self, reason: str) -> list[str]:
-        """This connection missed events: end every open run with a ``connection_error``."""
-        frames = [self.error(run.request_id, f"connection_error: {reason}") for run in self.runs.values()]
+        """This connection missed events: end every open run with a ``connection_error``
+        (after the text held back for it)."""
+        frames = self._encode_merged(self._held(self.coalescer.flush()))
+        frames += [self.error(run.request_id, f"connection_error: {reason}") for run in self.runs.values()]
         self.runs.clear()
         self._expected.clear()
         self.approvals.clear()

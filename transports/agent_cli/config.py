@@ -27,6 +27,10 @@ class AgentCliConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
     #: ``ToolConfirmationRequest``, the dialect's way), ``"approve"``, ``"reject"`` or a table.
     tool_approval: m.ApprovalSetting = "ask"
     max_queued_requests: int = 8
+    #: Streamed text is held up to this many milliseconds (0: off, every chunk its own
+    #: frame) or until ``coalesce_chars`` are held, and always sent before any other frame.
+    coalesce_ms: float = 0.0
+    coalesce_chars: int = 200
     max_file_bytes: int = 1_048_576
     max_image_bytes: int = 3_145_728
     max_input_parts: int = 16
@@ -38,6 +42,8 @@ class AgentCliConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
         for name in ("max_queued_requests", "max_file_bytes", "max_image_bytes", "max_input_parts"):
             if getattr(self, name) < (0 if name == "max_queued_requests" else 1):
                 raise ConfigError(f"[transports.agent_cli] {name} is out of range: {getattr(self, name)}")
+        if self.coalesce_ms < 0 or self.coalesce_chars < 1:
+            raise ConfigError("[transports.agent_cli] coalesce_ms must be >= 0 and coalesce_chars >= 1")
         if self.max_turns is not None and self.max_turns < 0:
             raise ConfigError("[transports.agent_cli] max_turns must be >= 0 (0 = unlimited)")
 

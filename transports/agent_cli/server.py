@@ -27,6 +27,7 @@ from transports.shared import (
     CLOSE_NORMAL,
     TOKEN_ENV_VAR,
     ConfigError,
+    DeltaCoalescer,
     Router,
     WebSocket,
     WsIdle,
@@ -97,6 +98,7 @@ class _Connection:
             limits=limits,
             max_queued_requests=config.max_queued_requests,
             approval=config.approval(),
+            coalescer=DeltaCoalescer(config.coalesce_ms / 1000.0, config.coalesce_chars),
         )
         self.commands = anyio.Semaphore(MAX_CONCURRENT_COMMANDS)
 
@@ -168,11 +170,15 @@ class _Connection:
     async def write_events(self, follower: Follower) -> None:
         """Forward events until the session's hub closes; after a real gap (events lost
         while this client fell behind) its open runs end with a ``connection_error``."""
-        while batch := await follower.next_batch():
-            lost = batch[-1] if isinstance(batch[-1], m.SubscriberLagged) else None
-            frames = self.codec.on_events(batch if lost is None else batch[:-1])
-            if lost is not None:
-                frames += self.codec.events_lost(lost.error.message)
+        while not follower.closed:
+            batch = await follower.next_batch(self.codec.deadline)
+            now = anyio.current_time()
+            if not batch:
+                frames = self.codec.tick(now)
+            elif isinstance(batch[-1], m.SubscriberLagged):
+                frames = self.codec.on_events(batch[:-1], now) + self.codec.events_lost(batch[-1].error.message)
+            else:
+                frames = self.codec.on_events(batch, now)
             if not await self.send(frames):
                 return
 

@@ -17,7 +17,6 @@ _WHERE: dict[str, str] = {
     "Outbound": ".codec",
     "TurnEncoder": ".codec",
     "decode_frame": ".codec",
-    "DeltaCoalescer": ".coalesce",
     "OpenFangConfig": ".config",
     "OpenFangTransport": ".server",
     "build_app": ".server",
@@ -26,7 +25,6 @@ _WHERE: dict[str, str] = {
 __getattr__, __all__ = lazy_exports(__name__, _WHERE)
 
 if TYPE_CHECKING:
-    from .coalesce import DeltaCoalescer
     from .codec import Connection, DecodeContext, Outbound, TurnEncoder, decode_frame
     from .config import OpenFangConfig
     from .server import OpenFangTransport, build_app

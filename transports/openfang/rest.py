@@ -35,8 +35,8 @@ from transports.shared import (
     json_response,
     open_sse,
 )
+from transports.shared.coalesce import DeltaCoalescer
 
-from .coalesce import DeltaCoalescer
 from .codec import attachment_part, compact_message, valid_session_name
 from .config import OpenFangConfig
 from .rest_codec import (

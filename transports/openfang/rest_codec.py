@@ -16,8 +16,8 @@ from typing import Any
 import msgspec
 
 from kernel import model as m
+from transports.shared.coalesce import DeltaCoalescer
 
-from .coalesce import DeltaCoalescer
 from .codec import INPUT_PREVIEW, RESULT_PREVIEW, WEB_COMMANDS
 from .sessionids import public_session_id
 

@@ -3,7 +3,7 @@
 One place for the security policy (loopback bind, token auth, Origin allow-list,
 size and rate limits) and the hypercorn wiring, so every dialect — built-in or
 third-party plugin — behaves the same.  Only stdlib, anyio, msgspec and hypercorn
-are used here; nothing from the kernel or another transport.
+are used here; nothing from the kernel (but its lazy-export helper) or another transport.
 
 Public surface: exactly the names in ``__all__`` below, imported from
 ``transports.shared`` (docs/shared-plumbing.md). The ``_*.py`` modules are
@@ -31,6 +31,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "WebSocket", "WebSocketCheck", "WsClosed", "WsEvent", "WsIdle", "WsInvalidFrame", "WsRateLimited", "WsText", "WsTooLarge",
     ),
     ".jsonwire": ("JsonDecoder", "decode_json"),
+    ".coalesce": ("DeltaCoalescer",),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 
@@ -93,5 +94,6 @@ if TYPE_CHECKING:
     from ._websocket import WsRateLimited as WsRateLimited
     from ._websocket import WsText as WsText
     from ._websocket import WsTooLarge as WsTooLarge
+    from .coalesce import DeltaCoalescer as DeltaCoalescer
     from .jsonwire import JsonDecoder as JsonDecoder
     from .jsonwire import decode_json as decode_json

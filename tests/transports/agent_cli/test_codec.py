@@ -11,6 +11,7 @@ import pytest
 from kernel import model as m
 from transports.agent_cli.codec import TURN_DECLINED, AgentCliCodec, Incoming
 from transports.agent_cli.inputs import Limits, instruction_args, is_text_like
+from transports.shared.coalesce import DeltaCoalescer
 
 SID = "s1"
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
@@ -236,6 +237,29 @@ def test_stream_transcript_merges_chunks_and_ends_with_complete() -> None:
     complete = {"token_usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}, "interrupted": False}
     assert end == [{"request_id": "r1", "response": {"Complete": complete}, "error": None, "token_usage": None}]
     assert c.runs == {}
+
+
+def test_coalescing_window_on_an_explicit_clock() -> None:
+    c = codec(coalescer=DeltaCoalescer(window_s=0.1, max_chars=10))
+    started(c, stream=True)
+    assert c.on_events([m.TextDelta(**IDS, text="fn")], now=1.0) == [] and c.deadline == pytest.approx(1.1)
+    assert c.tick(1.05) == []  # the window is still open
+    assert c.on_events([m.TextDelta(**IDS, text=" ma")], now=1.06) == []
+    assert [json.loads(f)["response"] for f in c.tick(1.1)] == [{"Stream": "fn ma"}] and c.deadline is None
+    # The size limit sends at once; the end of the run sends what is held first.
+    out = [json.loads(f)["response"] for f in c.on_events([m.TextDelta(**IDS, text="in() {"), m.TextDelta(**IDS, text="....."), m.TextDelta(**IDS, text="}")], now=2.0)]
+    assert out == [{"Stream": "in() {....."}]
+    end = [json.loads(f)["response"] for f in c.on_events([m.RunFinished(**IDS, text="fn main() {.....}", usage=USAGE)], now=2.01)]
+    assert end[0] == {"Stream": "}"} and "Complete" in end[1] and c.deadline is None
+
+
+def test_coalesced_text_goes_out_before_a_lost_events_error() -> None:
+    c = codec(coalescer=DeltaCoalescer(window_s=1.0, max_chars=1000))
+    started(c, stream=True)
+    assert c.on_events([m.TextDelta(**IDS, text="partial")], now=0.0) == []
+    out = [json.loads(f) for f in c.events_lost("fell behind")]
+    assert [f["response"] for f in out] == [{"Stream": "partial"}, {"Text": ""}]
+    assert out[1]["error"] == "connection_error: fell behind"
 
 
 def test_stream_complete_tag_option_and_interrupted_stream() -> None:

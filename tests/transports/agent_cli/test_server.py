@@ -53,6 +53,37 @@ async def test_stream_and_non_stream_with_usage() -> None:
     assert body(streamed[-1])[1] == {"token_usage": USAGE, "interrupted": False}
 
 
+async def test_coalescing_window_makes_fewer_stream_frames_of_the_same_text() -> None:
+    chunks = [f"{i:02d}-chunk. " for i in range(40)]  # 10 characters each, no delay between them
+    counts = {}
+    for coalesce_ms in (0.0, 200.0):
+        provider = ScriptedProvider([text_turn(*chunks)], delay_s=0.0 if coalesce_ms else 0.005)
+        async with running_kernel(provider) as kernel, serve(kernel, coalesce_ms=coalesce_ms, coalesce_chars=150) as url:
+
+            async def go() -> Any:
+                async with client(url) as c:
+                    return await c.ask(text("a", "hi", stream=True))
+
+            frames = await in_asyncio(go)
+        assert names(frames)[-1] == "Complete" and "".join(body(f)[1] for f in frames[:-1]) == "".join(chunks)
+        counts[coalesce_ms] = len(frames) - 1
+    assert counts[200.0] <= 3 < 10 <= counts[0.0], counts
+
+
+async def test_coalesced_text_goes_out_when_its_window_passes() -> None:
+    """A model slower than the window: each chunk leaves on its own once the window ends
+    (held until the run's end they would arrive merged, as one frame)."""
+    provider = ScriptedProvider([text_turn("slow ", "model")], delay_s=0.3)
+    async with running_kernel(provider) as kernel, serve(kernel, coalesce_ms=50) as url:
+
+        async def go() -> Any:
+            async with client(url) as c:
+                return await c.ask(text("a", "hi", stream=True))
+
+        frames = await in_asyncio(go)
+    assert [body(f) for f in frames[:-1]] == [("Stream", "slow "), ("Stream", "model")]
+
+
 async def test_stream_complete_tag_option() -> None:
     async with running_kernel() as kernel, serve(kernel, complete_tag="StreamComplete") as url:
 

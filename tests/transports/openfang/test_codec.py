@@ -10,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kernel import model as m
-from transports.openfang.coalesce import DeltaCoalescer
 from transports.openfang.codec import (
     CLIENT_GONE,
     Action,
@@ -42,6 +41,7 @@ from transports.openfang.wire import (
     decode,
     encode,
 )
+from transports.shared.coalesce import DeltaCoalescer
 
 AGENT = "3a1f159c-51da-580d-a4eb-98d4826ded8e"
 CTX = DecodeContext(agent_id=AGENT, request_id="r1", kernel_commands=("model", "help", "history"))

@@ -1,14 +1,15 @@
-"""Text-delta coalescing, sans-IO: a pure piece of the codec; the caller passes the clock in.
+"""Text-delta coalescing, sans-IO: a pure piece of a codec; the caller passes the clock in.
 
 OpenFang buffers streamed text and sends one ``text_delta`` after 100 ms or once 200
 characters are buffered, and always before any other event, so a fast model produces
 a few frames per second rather than one per token.  Fewer socket writes is the main
-throughput lever (see the architecture notes), and clients see the same text.
+throughput lever (see the architecture notes), and clients see the same text.  Any
+dialect whose wire allows any split of streamed text may do the same (OpenFang's
+``text_delta`` and SSE ``chunk``, Agent-CLI's ``Stream``): pure, stdlib only.
 
 The object never sleeps: the I/O layer asks for :attr:`DeltaCoalescer.deadline`, waits
 for the next kernel event at most until then, and calls :meth:`DeltaCoalescer.due`
-when the wait timed out.  Tests drive it with any numbers they like.  Both streams of
-the dialect use it: the socket's ``text_delta`` frames and the SSE ``chunk`` events.
+when the wait timed out.  Tests drive it with any numbers they like.
 """
 
 from __future__ import annotations
