@@ -145,6 +145,11 @@ class RemoteSubscription:
     def pending(self) -> int:
         return len(self._buffer)
 
+    @property
+    def newest_seq(self) -> int:
+        """The newest event read from the stream (it is read on demand: it grows only then)."""
+        return self._read_seq
+
     def _take(self) -> Event:
         event = self._buffer.popleft()
         if not isinstance(event, SubscriberLagged):

@@ -42,6 +42,7 @@ from .model import (
     KernelError,
     OpenSession,
     Prompt,
+    ReasoningDelta,
     Regenerate,
     ResolveToolApproval,
     ResolveTurnLimit,
@@ -49,6 +50,7 @@ from .model import (
     RunFinished,
     SessionOpened,
     SubscriberLagged,
+    TextDelta,
     ToolApprovalRequested,
     TurnLimitReached,
 )
@@ -58,6 +60,12 @@ if TYPE_CHECKING:
     from .kernel import Kernel
 
 RunCommand = Prompt | Regenerate | Continue
+#: A writer that is streaming (its last batch ended with a delta) and finds nothing ready
+#: gives the run this many scheduling rounds at most to add more before it writes — as long
+#: as each round adds some: a model handing over a delta per round then costs one write
+#: per few dozen deltas instead of one each (merged in the subscription's buffer), a model
+#: that pauses costs one round. The first delta of a run is never held this way.
+GATHER_ROUNDS = 16
 
 
 class Follower:
@@ -76,6 +84,7 @@ class Follower:
         self.client = client
         self.closed = False
         self._sub = subscription
+        self._streaming = False  # the last batch ended with a delta
 
     @classmethod
     async def open(
@@ -111,13 +120,25 @@ class Follower:
                         return []
                 if first is None:
                     return []
+                if self._streaming:
+                    await self._gather()
                 batch = [first, *self._sub.receive_nowait()]
             last = batch[-1]
             if isinstance(last, SubscriberLagged):
                 batch[-1:] = await self._resume(last)
             if batch:
+                self._streaming = isinstance(batch[-1], TextDelta | ReasoningDelta)
                 return batch
         return []
+
+    async def _gather(self) -> None:
+        """Let a run that adds events every scheduling round add more (:data:`GATHER_ROUNDS`).
+        Shielded: an event already taken is not lost to a cancellation here."""
+        for _ in range(GATHER_ROUNDS):
+            seen = self._sub.newest_seq
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+            if self._sub.newest_seq == seen:
+                return
 
     async def _resume(self, lagged: SubscriberLagged) -> list[Event]:
         """The retained events after the last one delivered, or ``[lagged]`` when they are gone."""

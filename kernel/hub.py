@@ -53,6 +53,7 @@ class EventHub:
         self.session_id = session_id
         self.last_seq = 0
         self._log: deque[Event] = deque()
+        self._log_sizes: deque[int] = deque()  # event_bytes of each retained event, computed once
         self._log_bytes = 0
         self._retention = retention
         self._retention_bytes = retention_bytes
@@ -73,18 +74,21 @@ class EventHub:
         self.woke_reader = False
         self.last_seq += 1
         stamped = msgspec.structs.replace(event, seq=self.last_seq)
-        self._retain(stamped)
+        size = event_bytes(stamped)
+        self._retain(stamped, size)
         if self.mirror is not None:
             self.mirror(stamped)
         for subscriber in tuple(self._subscribers):
-            subscriber._offer(stamped)
+            subscriber._offer(stamped, size)
         return stamped
 
-    def _retain(self, event: Event) -> None:
+    def _retain(self, event: Event, size: int) -> None:
         self._log.append(event)
-        self._log_bytes += event_bytes(event)
+        self._log_sizes.append(size)
+        self._log_bytes += size
         while len(self._log) > self._retention or (self._log_bytes > self._retention_bytes and len(self._log) > 1):
-            self._log_bytes -= event_bytes(self._log.popleft())
+            self._log.popleft()
+            self._log_bytes -= self._log_sizes.popleft()
 
     @property
     def backlogged(self) -> bool:
@@ -187,10 +191,15 @@ class Subscription:
     def pending(self) -> int:
         return len(self._buffer)
 
+    @property
+    def newest_seq(self) -> int:
+        """The newest event published to the session (grows as events arrive, taken or not)."""
+        return self._hub.last_seq
+
     def _behind_since(self) -> float:
         return self._overflow_since if self._overflow_since is not None else self._clock()
 
-    def _offer(self, event: Event) -> None:
+    def _offer(self, event: Event, size: int) -> None:
         if self._closed:
             return
         if self._overflow_since is None and self._buffer:
@@ -204,7 +213,6 @@ class Subscription:
                 self._buffer[-1] = msgspec.structs.replace(last, text=last.text + event.text, seq=event.seq)
                 self._bytes += len(event.text)
                 return
-        size = event_bytes(event)
         if self._overflow_since is None and (
             not self._buffer or (len(self._buffer) < self._size and self._bytes + size <= self._max_bytes)
         ):

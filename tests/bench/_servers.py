@@ -63,8 +63,8 @@ def disable_delta_merging() -> None:
     hub.TextDelta = _NoEventIsThis  # type: ignore[attr-defined,misc]
     one_batch = AgentCliCodec.on_events
 
-    def one_event_at_a_time(self: AgentCliCodec, events: list[Any]) -> list[str]:
-        return [frame for event in events for frame in one_batch(self, [event])]
+    def one_event_at_a_time(self: AgentCliCodec, events: list[Any], now: float = 0.0) -> list[str]:
+        return [frame for event in events for frame in one_batch(self, [event], now)]
 
     AgentCliCodec.on_events = one_event_at_a_time  # type: ignore[method-assign]
 

@@ -10,7 +10,7 @@ import anyio.lowlevel
 import msgspec
 import pytest
 
-from kernel import FinishChunk, Follower, KernelError, RunFollower, RunWatch, Tool, ToolCallChunk, ToolFailure
+from kernel import FinishChunk, Follower, KernelError, RunFollower, RunWatch, TextChunk, Tool, ToolCallChunk, ToolFailure
 from kernel import model as m
 from kernel.settings import AgentSettings, Settings
 from kernel.state import IllegalTransition, SessionMachine
@@ -333,6 +333,41 @@ async def test_a_healthy_reader_gets_every_delta_of_a_burst() -> None:
                 texts += [e.text for e in await run.next_batch() if isinstance(e, m.TextDelta)]
         assert isinstance(run.end, m.RunFinished)
         assert "".join(texts) == "".join(pieces) == run.end.text
+
+
+class _OnePerRound:
+    """A model handing over one delta per scheduling round (one per upstream read)."""
+
+    name = "per-round"
+    model = "per-round-1"
+
+    def __init__(self, pieces: list[str]) -> None:
+        self.pieces = pieces
+
+    async def stream(self, request: Any) -> Any:
+        for piece in self.pieces:
+            await anyio.lowlevel.checkpoint()
+            yield TextChunk(piece)
+        yield FinishChunk("stop")
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_streaming_writer_gathers_deltas_of_a_model_that_adds_one_per_round() -> None:
+    """The first delta comes alone; later ones, each added in its own round, come
+    several to a batch (fewer writes), all of them, in order."""
+    pieces = [f"p{i} " for i in range(400)]
+    async with running_kernel(_OnePerRound(pieces)) as kernel:
+        async with await RunFollower.start(kernel, prompt("go")) as run:
+            batches: list[list[str]] = []
+            while run.end is None:
+                batch = [e.text for e in await run.next_batch() if isinstance(e, m.TextDelta)]
+                if batch:
+                    batches.append(batch)
+    assert "".join(t for b in batches for t in b) == "".join(pieces)
+    assert batches[0] == [pieces[0]]
+    assert len(batches) < 0.75 * len(pieces), len(batches)
 
 
 async def test_a_reader_that_stops_is_cut_off_after_its_grace_and_the_run_goes_on() -> None:
