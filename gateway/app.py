@@ -3,7 +3,7 @@
 Shutdown order matters for clients: on SIGINT/SIGTERM the runs are interrupted
 first (so every client sees its run end as interrupted), then the transports are
 cancelled (they close their connections, 1001 for WebSockets), then the kernel
-flushes and closes the store.
+flushes and closes the store, and last the configured MCP servers are stopped.
 """
 
 from __future__ import annotations
@@ -12,14 +12,23 @@ import logging
 import signal
 import sys
 from collections.abc import Iterable
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
+from anyio.abc import TaskGroup
 
-from kernel import Cluster, Kernel, Settings, SQLiteStore, Store
+from kernel import Cluster, Kernel, Settings, SQLiteStore, Store, Tool
+from kernel.model import ToolSource
 from plugins.manager import BUILTIN_PLUGINS, Registry, load_plugins
 from transports.base import config_type, load_config
+from transports.http.console import hosted_console
+
+from .banner import Launch, Started, banner_text
+
+if TYPE_CHECKING:
+    from plugins.mcp.source import McpServers
 
 log = logging.getLogger("gateway")
 
@@ -114,27 +123,66 @@ def describe_provider(kernel: Kernel) -> str:
     return f"model: {info.model} via provider {name}"
 
 
-async def serve(settings: Settings, registry: Registry, configs: dict[str, Any]) -> None:
-    """Serve the transports (name -> config, see :func:`transport_configs`) until stopped."""
-    kernel = build_kernel(settings, registry)
-    async with kernel:
-        log.info(describe_provider(kernel))
-        async with anyio.create_task_group() as outer:
-            transports_scope = anyio.CancelScope()
-            outer.start_soon(_watch_signals, kernel, transports_scope)
-            with transports_scope:
-                async with anyio.create_task_group() as tg:
-                    for name, config in configs.items():
-                        address = await _start(tg, name, registry.transports[name](), kernel, config)
-                        log.info("transport %s ready%s", name, f" on {address}" if address else "")
-            outer.cancel_scope.cancel()
-        log.info("shutting down: flushing the store")
+async def start_mcp_servers(group: TaskGroup, settings: Settings) -> McpServers | None:
+    """Start the configured MCP servers (``[[tools.mcp]]``) in ``group``: every one at once,
+    each that fails logged by name while the others are served (docs/mcp.md). The MCP
+    SDK is loaded only when servers are configured."""
+    if not settings.tools.mcp:
+        return None
+    from plugins.mcp.source import McpServers
+
+    servers = McpServers(settings.tools.mcp)
+    await group.start(servers.run)
+    return servers
+
+
+async def serve(settings: Settings, registry: Registry, configs: dict[str, Any], *, launch: Launch | None = None) -> None:
+    """Serve the transports (name -> config, see :func:`transport_configs`) until stopped;
+    with ``launch``, print the start-up banner on stderr once they are all ready."""
+    async with anyio.create_task_group() as services:
+        servers = await start_mcp_servers(services, settings)
+        sources: tuple[ToolSource, ...] = servers.sources if servers is not None else ()
+        kernel = build_kernel(settings, registry, tool_sources=sources)
+        async with kernel:
+            log.info(describe_provider(kernel))
+            async with anyio.create_task_group() as outer:
+                transports_scope = anyio.CancelScope()
+                outer.start_soon(_watch_signals, kernel, transports_scope)
+                with transports_scope:
+                    async with anyio.create_task_group() as tg:
+                        started: list[Started] = []
+                        for name, config in configs.items():
+                            transport = registry.transports[name]()
+                            address = await _start(tg, name, transport, kernel, config)
+                            log.info("transport %s ready%s", name, f" on {address}" if address else "")
+                            started.append(Started(name, transport, config, address))
+                        if launch is not None:
+                            print(banner_text(kernel, started, launch), file=sys.stderr, flush=True)
+                outer.cancel_scope.cancel()
+            log.info("shutting down: flushing the store")
+        services.cancel_scope.cancel()
+
+
+async def installed_tools(settings: Settings, registry: Registry) -> tuple[list[tuple[str, Tool]], dict[str, str]]:
+    """Every tool a session can be offered, with where it comes from (the plugin that
+    registered it, or ``mcp NAME``), and the configured MCP servers that did not start."""
+    found = [(registry.origins.get(("tool", name), "plugin"), tool) for name, tool in sorted(registry.tools.items())]
+    failures: dict[str, str] = {}
+    async with anyio.create_task_group() as services:
+        servers = await start_mcp_servers(services, settings)
+        if servers is not None:
+            found += [(f"mcp {source.name}", tool) for source in servers.sources for tool in source.tools()]
+            failures = dict(servers.failures)
+        services.cancel_scope.cancel()
+    return found, failures
 
 
 async def _start(tg: Any, name: str, transport: Any, kernel: Kernel, config: Any) -> Any:
-    """Start one transport; a failure before it is ready names the transport."""
+    """Start one transport (one that hosts the console gets it); a failure before it is
+    ready names the transport."""
+    serve = partial(transport.serve, console=hosted_console) if getattr(transport, "hosts_console", False) else transport.serve
     try:
-        return await tg.start(transport.serve, kernel, config)
+        return await tg.start(serve, kernel, config)
     except Exception as exc:
         leaves = exc.exceptions if isinstance(exc, BaseExceptionGroup) else [exc]
         reason = "; ".join(f"{type(e).__name__}: {e}" for e in leaves)

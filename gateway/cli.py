@@ -1,11 +1,13 @@
-"""``gateway``: serve transports, list them, show the effective configuration."""
+"""``gateway``: serve transports, list them and the tools, show the effective configuration."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
 import sys
+from functools import partial
 from typing import Any
 
 import anyio
@@ -15,6 +17,7 @@ from kernel import KernelError, Settings, gateway_version, load_settings, mask_s
 from transports.base import config_type
 
 from . import app
+from .banner import Launch
 
 log = logging.getLogger("gateway")
 
@@ -39,12 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port for the network transport (0 = any free port)")
     serve.add_argument("--token", help="require this token from clients (else GATEWAY_TOKEN)")
     serve.add_argument("--db", metavar="PATH", help="the SQLite store (default from the config)")
+    serve.add_argument("--quiet", "-q", action="store_true", help="no start-up banner (the addresses to connect to) on stderr")
     serve.add_argument(
         "--set", "-o", action="append", default=[], metavar="TRANSPORT.KEY=VALUE",
         help="override one transport setting, e.g. openfang.coalesce_ms=0 (value parsed as JSON when it can be)",
     )
 
     sub.add_parser("transports", help="list the installed transports with their default settings")
+    tools = sub.add_parser("tools", help="list the tools a session can be offered, the configured MCP servers' included")
+    tools.add_argument("--config", "-c", metavar="FILE", help="a gateway.toml file")
     config = sub.add_parser("config", help="print the effective configuration (secrets masked)")
     config.add_argument("--config", "-c", metavar="FILE")
     return parser
@@ -56,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "transports":
             return _transports()
         settings = load_settings(args.config)
+        if args.command == "tools":
+            return _tools(settings)
         if args.command == "config":
             print(json.dumps(mask_secrets(msgspec.to_builtins(settings)), indent=2))
             return 0
@@ -73,6 +81,22 @@ def _transports() -> int:
         print(f"\t[transports.{app.section_name(name)}] {json.dumps(mask_secrets(defaults))}")
     _report_problems(registry)
     return 0
+
+
+def _tools(settings: Settings) -> int:
+    """One line per tool: name, where it comes from, query/update (and whether it asks
+    before it runs), description. Exit 1 when a configured MCP server did not start."""
+    app.setup_logging("error")  # failures are reported below, once, by name
+    registry = app.load_registry()
+    _report_problems(registry)
+    found, failures = anyio.run(app.installed_tools, settings, registry)
+    for origin, tool in found:
+        access = f"{tool.access}, asks first" if tool.requires_approval else tool.access
+        summary = tool.description.strip().splitlines()[0] if tool.description.strip() else ""
+        print(f"{tool.name}\t{origin}\t{access}\t{summary}")
+    for name, reason in failures.items():
+        print(f"gateway: MCP server {name} did not start: {reason}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 def _report_problems(registry: app.Registry) -> None:
@@ -99,8 +123,9 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     registry = app.load_registry()
     _report_problems(registry)
     configs = app.transport_configs(settings, registry, args.transport, overrides)
+    launch = None if args.quiet else _launch(args)
     try:
-        anyio.run(app.serve, settings, registry, configs, backend=args.backend)
+        anyio.run(partial(app.serve, launch=launch), settings, registry, configs, backend=args.backend)
     except KeyboardInterrupt:
         pass
     except app.StartupError as exc:
@@ -115,6 +140,18 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         print(f"gateway: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _launch(args: argparse.Namespace) -> Launch:
+    """The options that start this gateway again (for the banner's pipe command lines)."""
+    options: list[str] = []
+    if args.config:
+        options += ["--config", os.path.abspath(args.config)]
+    if args.db:
+        options += ["--db", os.path.abspath(args.db)]
+    if args.backend != "asyncio":
+        options += ["--backend", args.backend]
+    return Launch(tuple(options))
 
 
 def _leaves(group: BaseExceptionGroup) -> list[BaseException]:

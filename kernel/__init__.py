@@ -47,6 +47,7 @@ _EXPORTS: dict[str, str] = {
     "UsageChunk": ".provider",
     "AgentSettings": ".settings",
     "ClusterSettings": ".settings",
+    "McpServerSettings": ".settings",
     "Cluster": ".cluster",
     "OpenAISettings": ".settings",
     "SECRET_KEYS": ".settings",
@@ -96,6 +97,7 @@ if TYPE_CHECKING:
     from .settings import SECRET_KEYS as SECRET_KEYS
     from .settings import AgentSettings as AgentSettings
     from .settings import ClusterSettings as ClusterSettings
+    from .settings import McpServerSettings as McpServerSettings
     from .settings import OpenAISettings as OpenAISettings
     from .settings import Settings as Settings
     from .settings import load_settings as load_settings

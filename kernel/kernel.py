@@ -429,7 +429,8 @@ class Kernel:
         return m.CommandOutput(request_id=cmd.request_id, name=name, output=output)
 
     async def _execute_tool(self, cmd: m.ExecuteTool) -> m.Reply:
-        tool = self.tools.get(cmd.name)
+        # Every tool a session could be offered: the registered ones and those of tool sources.
+        tool = self.all_tools(self.sessions.get(cmd.session_id) if cmd.session_id else None).get(cmd.name)
         if tool is None:
             raise m.KernelError("not_found", f"Unknown tool: {cmd.name}")
         # Without a session the call runs in the default agent's context; no session is made.
@@ -531,7 +532,7 @@ class Kernel:
         """Validate, apply and persist a partial update; providers are rebuilt lazily.
         Masked secrets sent back (``sk-…abcd``) leave the real ones as they are."""
         check_depth(changes)
-        changes = drop_masked_secrets(changes)
+        changes = drop_masked_secrets(changes, to_data(self.settings))
         new = validate(merge(to_data(self.settings), changes))
         self._overrides = merge(self._overrides, changes)
         await self.store.set_value(SETTINGS_KEY, msgspec.json.encode(self._overrides))

@@ -81,12 +81,40 @@ class SessionSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     history_cap: int = 500
 
 
+class McpServerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One ``[[tools.mcp]]`` table: an MCP server whose tools the model may use (docs/mcp.md).
+
+    Either ``command`` (with ``args``, ``env``, ``cwd``: a child process spoken to over its
+    stdin/stdout) or ``url`` (with ``headers``: a streamable HTTP endpoint). Its tools are
+    offered as ``NAME__TOOL``; each call needs approval unless ``require_approval`` is false
+    or the tool is in ``approved_tools``; ``tools`` (when not empty) is the allow-list.
+    """
+
+    name: str
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = {}
+    require_approval: bool = True
+    approved_tools: list[str] = []
+    tools: list[str] = []
+    connect_timeout_s: float = 30.0
+
+
+#: A server's name prefixes its tools (``NAME__TOOL``), so it is a plain identifier.
+MCP_SERVER_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_)){0,31}$")
+
+
 class ToolSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     workspace: str = "."
     file_max_bytes: int = 1_048_576
     result_max_chars: int = 65_536
     timeout_s: float = 60.0
     limits: dict[str, int] = msgspec.field(default_factory=lambda: dict(DEFAULT_TOOL_LIMITS))
+    # [[tools.mcp]]: MCP servers started with the gateway, their tools offered to every session.
+    mcp: list[McpServerSettings] = []
 
 
 class StoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -130,6 +158,8 @@ ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
 }
 
 SECRET_KEYS = frozenset({"api_key", "token", "password", "secret"})
+#: Tables whose every value may be a credential (an MCP server's ``headers`` and ``env``).
+SECRET_TABLES = frozenset({"headers", "env"})
 
 
 def mask_secret(value: str | None) -> str | None:
@@ -146,18 +176,24 @@ _URL_PASSWORD = re.compile(r"^([a-z][a-z0-9+.-]*://[^/@:]*:)([^/@]+)(@)", re.IGN
 
 
 def mask_secrets(data: Any) -> Any:
-    """A copy of plain data with every secret-named field masked, and the password of
-    every URL (``postgresql://user:…@host``)."""
+    """A copy of plain data with every secret-named field masked, every value of a
+    ``headers`` or ``env`` table (an MCP server's credentials), and the password of every
+    URL (``postgresql://user:…@host``)."""
     if isinstance(data, dict):
-        return {
-            k: (mask_secret(v) if k in SECRET_KEYS and isinstance(v, str) else mask_secrets(v))
-            for k, v in data.items()
-        }
+        return {k: _masked_entry(k, v) for k, v in data.items()}
     if isinstance(data, list):
         return [mask_secrets(v) for v in data]
     if isinstance(data, str) and "://" in data:
         return _URL_PASSWORD.sub(r"\1…\3", data)
     return data
+
+
+def _masked_entry(key: str, value: Any) -> Any:
+    if key in SECRET_KEYS and isinstance(value, str):
+        return mask_secret(value)
+    if key in SECRET_TABLES and isinstance(value, dict):
+        return {name: mask_secret(v) if isinstance(v, str) else v for name, v in value.items()}
+    return mask_secrets(value)
 
 
 #: Settings are a few tables deep; a change nested deeper is refused before any recursion.
@@ -175,22 +211,42 @@ def check_depth(data: Any, limit: int = MAX_SETTINGS_DEPTH) -> None:
             stack.extend((item, depth + 1) for item in (value.values() if isinstance(value, dict) else value))
 
 
-def drop_masked_secrets(changes: Any) -> Any:
+def drop_masked_secrets(changes: Any, current: Any = None) -> Any:
     """A settings patch without the secret values that are masks (``sk-…abcd``).
 
     A client that reads the settings, edits one field and sends the whole document back
     must not overwrite the real API key with its mask; every transport's update goes
-    through the kernel, so this is done once, here.
+    through the kernel, so this is done once, here. Tables merge, so a mask left out
+    keeps the current value; a list replaces the current one whole (``tools.mcp``, with
+    its servers' headers), so there, with ``current`` (the settings as data), a mask
+    becomes the current value at the same place again instead of being lost.
     """
-    if isinstance(changes, dict):
-        return {
-            k: drop_masked_secrets(v)
-            for k, v in changes.items()
-            if not (k in SECRET_KEYS and isinstance(v, str) and "…" in v)
-        }
+    return _unmask(changes, current, in_list=False)
+
+
+def _unmask(changes: Any, current: Any, *, in_list: bool) -> Any:
     if isinstance(changes, list):
-        return [drop_masked_secrets(v) for v in changes]
-    return changes
+        before = current if isinstance(current, list) else []
+        return [_unmask(value, before[i] if i < len(before) else None, in_list=True) for i, value in enumerate(changes)]
+    if not isinstance(changes, dict):
+        return changes
+    here = current if isinstance(current, dict) and in_list else {}
+    out: dict[str, Any] = {}
+    for key, value in changes.items():
+        if key in SECRET_KEYS and _masked(value):
+            if isinstance(here.get(key), str):
+                out[key] = here[key]
+        elif key in SECRET_TABLES and isinstance(value, dict):
+            stored = here.get(key)
+            table: dict[str, Any] = stored if isinstance(stored, dict) else {}
+            out[key] = {name: table[name] if _masked(v) else v for name, v in value.items() if not _masked(v) or name in table}
+        else:
+            out[key] = _unmask(value, current.get(key) if isinstance(current, dict) else None, in_list=in_list)
+    return out
+
+
+def _masked(value: Any) -> bool:
+    return isinstance(value, str) and "…" in value
 
 
 def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
@@ -220,9 +276,30 @@ def validate(data: dict[str, Any]) -> Settings:
     for field in ("inbox_size", "subscriber_buffer", "subscriber_buffer_bytes", "event_retention", "event_retention_bytes", "history_cap"):
         if getattr(settings.session, field) < 1:
             problems.append(f"session.{field} must be >= 1")
+    problems += _mcp_problems(settings.tools.mcp)
     if problems:
         raise KernelError("invalid_request", "invalid settings: " + "; ".join(problems))
     return settings
+
+
+def _mcp_problems(servers: list[McpServerSettings]) -> list[str]:
+    problems: list[str] = []
+    names = [server.name for server in servers]
+    for duplicate in sorted({name for name in names if names.count(name) > 1}):
+        problems.append(f"tools.mcp: the name {duplicate!r} is used twice")
+    for server in servers:
+        where = f"tools.mcp {server.name!r}"
+        if not MCP_SERVER_NAME.match(server.name):
+            problems.append(f"{where}: a name is 1-32 letters, digits, '-' or single '_' (it prefixes the tools: NAME__TOOL)")
+        if (server.command is None) == (server.url is None):
+            problems.append(f"{where}: give either command (a stdio server) or url (a streamable HTTP server)")
+        if server.url is not None and not server.url.startswith(("http://", "https://")):
+            problems.append(f"{where}: url must start with http:// or https://")
+        if server.command is not None and not server.command.strip():
+            problems.append(f"{where}: command is empty")
+        if server.connect_timeout_s <= 0:
+            problems.append(f"{where}: connect_timeout_s must be > 0")
+    return problems
 
 
 def to_data(settings: Settings) -> dict[str, Any]:

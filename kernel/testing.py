@@ -16,7 +16,7 @@ import anyio
 
 from .commands import SlashCommand
 from .kernel import Kernel
-from .model import Usage
+from .model import ToolSource, Usage
 from .provider import Chunk, FinishChunk, Provider, ProviderError, ProviderErrorCode, ProviderRequest, TextChunk, ToolCallChunk, UsageChunk
 from .settings import AgentSettings, Settings
 from .store import SQLiteStore, Store
@@ -92,9 +92,11 @@ async def running_kernel(
     db_path: str | Path | None = None,
     agent: AgentSettings | None = None,
     store: Store | None = None,
+    tool_sources: Iterable[ToolSource] = (),
 ) -> AsyncIterator[Kernel]:
     """A kernel on ``store`` — by default a SQLite file (``db_path``, or a temporary one) —
-    whose provider is ``provider`` (scripted by default)."""
+    whose provider is ``provider`` (scripted by default), with the tools of ``tool_sources``
+    (MCP servers) offered to every session."""
     chosen: Provider = provider or ScriptedProvider()
     settings = settings or Settings()
     if agent is not None:
@@ -108,6 +110,7 @@ async def running_kernel(
             tools=tools,
             commands=commands,
             store=store if store is not None else SQLiteStore(path),
+            tool_sources=tool_sources,
         )
         async with kernel:
             yield kernel

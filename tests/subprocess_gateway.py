@@ -73,6 +73,25 @@ class LineClient:
         return out
 
 
+async def read_banner(gateway: LineClient, timeout_s: float = 30.0) -> dict[str, list[str]]:
+    """The start-up banner's ``label  text`` lines from the child's stderr, by label (the
+    log lines around it skipped); the rest of stderr is left unread."""
+    stderr = gateway.process.stderr
+    assert stderr is not None
+    seen = b""
+    with anyio.fail_after(timeout_s):
+        while b"\n  store " not in seen or b"\n" not in seen.split(b"\n  store ", 1)[1]:
+            seen += await stderr.receive()
+    body = seen.decode().split("is ready (Ctrl+C stops it):\n", 1)[1]
+    lines: dict[str, list[str]] = {}
+    for line in body.splitlines():
+        if not line.startswith("  "):
+            break
+        label, _, rest = line.strip().partition(" ")
+        lines.setdefault(label, []).append(rest.strip())
+    return lines
+
+
 @asynccontextmanager
 async def gateway_process(args: list[str], env: dict[str, str], cwd: Path | None = None) -> AsyncIterator[LineClient]:
     process = await anyio.open_process([sys.executable, "-m", "gateway", *args], env=env, cwd=cwd)

@@ -6,6 +6,16 @@ instantiates it with no arguments and runs ``serve`` in its task group; the
 transport reports readiness through ``task_status.started(address)`` and stops
 when its scope is cancelled, closing its connections cleanly.
 
+Two optional members, each found with ``getattr`` by the gateway:
+
+* ``banner(kernel, config, address, command) -> list[BannerLine]``: the start-up banner's
+  lines for this transport — the exact URL a client uses (with the agent id, path and
+  token it needs) or, for a pipe, the command that starts it (``command``: this gateway
+  serving this transport alone). Without it the banner shows the reported address.
+* ``hosts_console = True``: ``serve`` also takes ``console=``, a :data:`ConsoleFactory`, to
+  put the gateway console on the transport's own port (OpenFang's, where its clients
+  look for a dashboard); the transport's config decides whether it does.
+
 This protocol, ``plugins.hookspecs`` (``hookimpl``, ``gateway_register_transports``),
 :mod:`kernel` and :mod:`transports.shared` are what a third-party transport uses;
 docs/writing-a-transport.md builds one from nothing. ``load_config`` is the
@@ -14,13 +24,32 @@ gateway's (it decodes ``[transports.NAME]`` and names the section in errors).
 
 from __future__ import annotations
 
-from typing import Any, Protocol, cast, runtime_checkable
+from collections.abc import Awaitable, Callable
+from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 import anyio
 import msgspec
 from anyio.abc import TaskStatus
 
 from kernel import Kernel
+from transports.shared import ServerConfig
+
+#: An ASGI application: ``await app(scope, receive, send)``.
+AsgiApp = Callable[[dict[str, Any], Callable[[], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], Awaitable[None]]], Awaitable[None]]
+
+#: Builds the gateway console for a transport that hosts it (``hosts_console``): from the
+#: kernel and that transport's own config — whose token, Origin list, Host check and limits
+#: then apply — an ASGI app serving ``/``, the console's files and the native API they call.
+#: The gateway (the composition root) passes the http transport's; a transport never
+#: imports another.
+ConsoleFactory = Callable[[Kernel, ServerConfig], AsgiApp]
+
+
+class BannerLine(NamedTuple):
+    """One line of the start-up banner: what it is (``openfang``, ``console``) and what to use."""
+
+    label: str
+    text: str
 
 
 @runtime_checkable

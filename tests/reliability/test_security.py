@@ -95,6 +95,7 @@ async def test_every_entry_point_checks_the_token() -> None:
             assert len(routes) > 15
             async with httpx.AsyncClient(base_url=live.urls[name], timeout=10) as client:
                 for method, path, needs_token in routes:
+                    client.cookies.clear()  # no login cookie (the console's ``/?token=`` sets one) carried over
                     body = {"message": "hi"} if method in ("POST", "PATCH") else None
                     missing = await client.request(method, path, json=body)
                     wrong = await client.request(method, path, json=body, headers={"authorization": "Bearer not-it"})
@@ -104,6 +105,11 @@ async def test_every_entry_point_checks_the_token() -> None:
                         assert refused(name, path, missing) and refused(name, path, wrong), (method, path, missing.text)
                     elif path == "/api/auth/check":  # OpenFang's dashboard asks it before it has a key: it tells only that
                         assert missing.json() == wrong.json() == {"authenticated": False, "mode": "none"}
+                    elif path == "/":  # the console's page checks the token itself: its login page (401) instead
+                        assert missing.status_code == wrong.status_code == 401 and missing.headers["content-type"].startswith("text/html")
+                        assert "/console/app.js" not in missing.text + wrong.text
+                    elif path.startswith("/console/"):  # the page's scripts and styles, the same for everyone
+                        assert missing.status_code == 404  # (no such file)
                     else:
                         assert path == health and missing.status_code == 200
                     assert bearer.status_code != 401 and query.status_code != 401, (method, path)

@@ -35,9 +35,11 @@ from .wire import (
     Content,
     ContentBlock,
     Diff,
+    HttpMcpServer,
     Image,
     ImageBlock,
     Location,
+    McpServer,
     PermissionCancelled,
     PermissionResult,
     PlanEntry,
@@ -45,6 +47,7 @@ from .wire import (
     Resource,
     ResourceBlock,
     ResourceLinkBlock,
+    StdioMcpServer,
     Text,
     TextBlock,
     TextResource,
@@ -81,13 +84,33 @@ def initialize_result(version: int, agent_version: str) -> dict[str, Any]:
         "agentCapabilities": {
             "loadSession": True,
             "promptCapabilities": {"image": True, "audio": False, "embeddedContext": True},
-            "mcpCapabilities": {"http": False, "sse": False},
+            "mcpCapabilities": {"http": True, "sse": False},
             "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}},
             "auth": {"logout": {}},
         },
         "authMethods": [],
         "agentInfo": {"name": "gateway", "title": "Gateway", "version": agent_version},
     }
+
+
+def mcp_servers(entries: Iterable[Any]) -> tuple[McpServer, ...]:
+    """The editor's MCP servers of ``session/new``, ``load`` or ``resume``: stdio (no
+    ``type``) and ``http`` ones. An SSE or other server, which ``initialize`` did not
+    advertise, or a malformed entry answers ``-32602`` naming it."""
+    servers: list[McpServer] = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise RpcFailure(INVALID_PARAMS, f"Invalid params: mcpServers[{index}]: expected an object")
+        kind, name = entry.get("type", "stdio"), entry.get("name")
+        where = f"mcpServers[{index}]" + (f" ({name})" if isinstance(name, str) else "")
+        if kind not in ("stdio", "http"):
+            raise RpcFailure(INVALID_PARAMS, f"Invalid params: {where}: {kind!r} MCP servers are not supported (stdio and http are)")
+        fields = {k: v for k, v in entry.items() if k != "type"}
+        try:
+            servers.append(msgspec.convert(fields, StdioMcpServer) if kind == "stdio" else msgspec.convert(fields, HttpMcpServer))
+        except msgspec.ValidationError as exc:
+            raise RpcFailure(INVALID_PARAMS, f"Invalid params: {where}: {exc}") from None
+    return tuple(servers)
 
 
 def prompt_options(mode: str) -> m.PromptOptions:
@@ -181,8 +204,12 @@ def parse_arguments(arguments: str) -> Any:
 
 
 def tool_title(name: str, args: Any) -> str:
-    """``Read file src/a.py``, ``Run command pytest -q``: the tool, and what it acts on."""
-    title = name.replace("_", " ").strip().capitalize() or "Tool"
+    """``Read file src/a.py``, ``Run command pytest -q``: the tool, and what it acts on; an
+    MCP server's tool (``SERVER__TOOL``) says whose it is: ``Search (docs) rust``."""
+    server, mcp, own = name.partition("__")
+    title = (own if mcp and own else name).replace("_", " ").strip().capitalize() or "Tool"
+    if mcp and own and server:
+        title = f"{title} ({server})"
     if not isinstance(args, dict):
         return title
     path, command = args.get("path"), args.get("command")

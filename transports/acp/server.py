@@ -27,6 +27,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from kernel import Follower, Kernel, KernelError
 from kernel import model as m
+from transports.base import BannerLine
 from transports.shared import LineReader, LineTooLong, LineWriter
 
 from . import codec, session_meta
@@ -74,6 +75,10 @@ class AcpTransport:
         finally:
             writer.close()
 
+    def banner(self, kernel: Kernel, config: AcpConfig, address: str | None, command: str) -> list[BannerLine]:
+        """The command an editor's agent-server setting runs (Zed: ``command`` and ``args``)."""
+        return [BannerLine("acp", f"JSON-RPC on this process's stdin/stdout; an editor starts it as: {command}")]
+
 
 class AcpConnection:
     """One editor on the other end of stdin/stdout, for the life of the process."""
@@ -84,7 +89,7 @@ class AcpConnection:
         self.writer = writer
         self.codec = JsonRpcCodec()
         self.editor = EditorRequests(self.codec, self.write)
-        self.sessions = EditorSessions(kernel, config, self.editor, self.write, self.follow)
+        self.sessions = EditorSessions(kernel, config, self.editor, self.write, self.follow, self.start_task)
         self.inflight = 0
         self.running: dict[RpcId, tuple[anyio.CancelScope, Request]] = {}  # the editor's requests in progress
         self.cancel_on_start: set[RpcId] = set()  # prompts cancelled before their handler ran
@@ -203,6 +208,11 @@ class AcpConnection:
     def _spawn(self, fn: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
         assert self._tg is not None
         self._tg.start_soon(fn, *args)
+
+    async def start_task(self, fn: Callable[..., Coroutine[Any, Any, None]]) -> Any:
+        """Run ``fn`` for the life of the connection (a session's MCP servers), once it has started."""
+        assert self._tg is not None
+        return await self._tg.start(fn)
 
     # -------------------------------------------------------------- methods
 

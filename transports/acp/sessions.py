@@ -5,9 +5,10 @@ only), ``session/close``, ``session/delete``, ``session/list``, and the session'
 settings (``session/set_mode``, ``session/set_model``, ``session/set_config_option``).
 Attaching a session follows its kernel events (the connection's forwarder, started
 through ``follow``) and gives it what the editor offers: its file buffers
-(``ConfigureSession(files=...)``) and its terminal as the ``run_command`` tool
-(``ConfigureSession(tool_sources=...)``). Releasing it undoes all that and unloads
-the kernel session when nobody else follows it.
+(``ConfigureSession(files=...)``), its terminal as the ``run_command`` tool and the
+tools of the MCP servers it gave (``mcpServers``, started then, in a task of the
+connection: ``ConfigureSession(tool_sources=...)``). Releasing it undoes all that —
+the MCP servers are stopped — and unloads the kernel session when nobody else follows it.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from kernel import Follower, Kernel, KernelError, ProviderError
+from kernel import Follower, Kernel, KernelError, McpServerSettings, ProviderError
 from kernel import model as m
 
 from . import codec, session_meta
@@ -33,8 +34,10 @@ from .wire import (
     ClientCapabilities,
     ConfigOptionUpdate,
     CurrentModeUpdate,
+    HttpMcpServer,
     ListSessionsParams,
     LoadSessionParams,
+    McpServer,
     NewSessionParams,
     SelectOption,
     SessionParams,
@@ -43,7 +46,13 @@ from .wire import (
     SetModeParams,
 )
 
+if TYPE_CHECKING:
+    from plugins.mcp.source import McpServers
+
 log = logging.getLogger("gateway.acp")
+
+#: Runs a task in the connection's task group until it says it started (``TaskGroup.start``).
+StartTask = Callable[[Callable[..., Coroutine[Any, Any, None]]], Awaitable[Any]]
 
 #: How long closing a session waits for its runs to end and its forwarder to stop.
 SETTLE_S = 5.0
@@ -59,12 +68,14 @@ class EditorSessions:
         editor: EditorRequests,
         write: Callable[[list[bytes]], Awaitable[None]],
         follow: Callable[[SessionState, Follower], None],
+        start: StartTask,
     ) -> None:
         self.kernel = kernel
         self.config = config
         self.editor = editor
         self.write = write
         self.follow = follow
+        self.start = start
         self.capabilities = ClientCapabilities()
         self.open: dict[str, SessionState] = {}
         self._models: dict[str, tuple[str, ...]] = {}  # by agent id, once listed
@@ -84,26 +95,29 @@ class EditorSessions:
     async def new(self, request: Request) -> Answer:
         params = decode_params(request.params, NewSessionParams)
         _check_cwd(params.cwd)
+        servers = codec.mcp_servers(params.mcp_servers)
         opened = await self.kernel.execute(m.OpenSession(agent_id=self.config.agent))
         assert isinstance(opened, m.SessionOpened)
-        state = await self.attach(opened.session.session_id, params.cwd)
+        state = await self.attach(opened.session.session_id, params.cwd, servers)
         return Answer({"sessionId": state.id, **self.setup(state)}, [await self.commands_update(state)])
 
     async def load(self, request: Request) -> Answer:
         """Replay the stored conversation, then attach."""
         params = decode_params(request.params, LoadSessionParams)
+        servers = codec.mcp_servers(params.mcp_servers)
         await self.require_stored(params)
         history = await self.kernel.execute(m.GetHistory(session_id=params.session_id))
         assert isinstance(history, m.HistoryView)
         await self.write([update_line(history.session_id, u) for u in codec.history_updates(history.messages, params.cwd)])
-        state = await self.attach(history.session_id, params.cwd)
+        state = await self.attach(history.session_id, params.cwd, servers)
         return Answer(self.setup(state), [await self.commands_update(state)])
 
     async def resume(self, request: Request) -> Answer:
         """Attach without replaying anything: the editor still shows the conversation."""
         params = decode_params(request.params, LoadSessionParams)
+        servers = codec.mcp_servers(params.mcp_servers)
         await self.require_stored(params)
-        state = await self.attach(params.session_id, params.cwd)
+        state = await self.attach(params.session_id, params.cwd, servers)
         return Answer(self.setup(state), [await self.commands_update(state)])
 
     async def require_stored(self, params: LoadSessionParams) -> None:
@@ -117,8 +131,9 @@ class EditorSessions:
     def setup(self, state: SessionState) -> dict[str, Any]:
         return {"modes": session_meta.mode_state(state.mode), "configOptions": state.options}
 
-    async def attach(self, session_id: str, cwd: str) -> SessionState:
-        """Follow a session's events and give it what the editor offers (files, terminal)."""
+    async def attach(self, session_id: str, cwd: str, servers: tuple[McpServer, ...] = ()) -> SessionState:
+        """Follow a session's events and give it what the editor offers (files, terminal,
+        MCP servers: those given now replace the ones of an earlier attach)."""
         state = self.open.get(session_id)
         if state is not None:
             state.cwd = state.stream.cwd = cwd
@@ -126,6 +141,8 @@ class EditorSessions:
             follower = await Follower.open(self.kernel, session_id, client="acp")
             state = self.open[session_id] = SessionState(session_id, cwd, self.config.default_mode, self.config.context_window_tokens)
             self.follow(state, follower)
+        had_tools = bool(state.tool_sources())
+        replaced, state.mcp = state.mcp, await self.start_mcp(servers, cwd) if servers else None
         configure: dict[str, Any] = {}
         fs = self.capabilities.fs
         if fs.read_text_file or fs.write_text_file:
@@ -147,12 +164,26 @@ class EditorSessions:
                 output_bytes=self.config.terminal_output_bytes,
                 request_timeout_s=self.config.fs_timeout_s,
             )
+        if had_tools or state.tool_sources():
             configure["tool_sources"] = state.tool_sources()
-        reply = await self.kernel.execute(m.ConfigureSession(session_id=session_id, **configure))
+        try:
+            reply = await self.kernel.execute(m.ConfigureSession(session_id=session_id, **configure))
+        finally:
+            if replaced is not None:  # stopped once the session no longer offers its tools
+                replaced.close()
         assert isinstance(reply, m.SessionOpened)
         state.title = reply.session.title
         state.options = await self.config_options(state, reply.session)
         return state
+
+    async def start_mcp(self, servers: tuple[McpServer, ...], cwd: str) -> McpServers:
+        """Start the session's MCP servers (the SDK is loaded only for an editor that gives
+        some); one that cannot start is logged by name, and the session has the others."""
+        from plugins.mcp.source import McpServers
+
+        group = McpServers([editor_mcp_server(server) for server in servers], cwd=cwd)
+        await self.start(group.run)
+        return group
 
     async def show_terminal(self, state: SessionState, call_id: str, terminal_id: str) -> None:
         await self.write([update_line(state.id, state.stream.show_terminal(call_id, terminal_id))])
@@ -186,7 +217,7 @@ class EditorSessions:
 
     async def release(self, state: SessionState) -> None:
         """End this editor's part in a session: its prompts (answered ``cancelled``), its
-        forwarder, its files and terminal; unload it unless another client follows it.
+        forwarder, its files, terminal and MCP servers; unload it unless another client follows it.
         Done whole (shielded, each wait bounded): half a release would leave a session
         that this editor neither follows nor has let go."""
         with anyio.CancelScope(shield=True):
@@ -202,7 +233,7 @@ class EditorSessions:
             reset: dict[str, Any] = {}
             if state.files is not None:
                 state.files, reset["files"] = None, None
-            if state.terminal is not None:
+            if state.tool_sources():
                 state.terminal, reset["tool_sources"] = None, ()
             try:
                 if reset:
@@ -210,6 +241,9 @@ class EditorSessions:
                 await self.kernel.execute(m.CloseSession(session_id=state.id, if_unwatched=True))
             except KernelError as exc:
                 log.debug("acp: releasing session %s: %s", state.id, exc.message)
+            if state.mcp is not None:
+                state.mcp.close()
+                state.mcp = None
 
     async def cancel(self, state: SessionState, prompts: list[OpenPrompt]) -> None:
         """Cancel prompts: their questions to the editor are dropped, their runs interrupted
@@ -317,6 +351,14 @@ class EditorSessions:
             assert isinstance(reply, m.ModelList)
             self._models[agent_id] = tuple(model.id for model in reply.models)
         return self._models[agent_id]
+
+
+def editor_mcp_server(server: McpServer) -> McpServerSettings:
+    """An editor's MCP server as the gateway's settings of one: its tools need approval."""
+    if isinstance(server, HttpMcpServer):
+        return McpServerSettings(name=server.name, url=server.url, headers={h.name: h.value for h in server.headers})
+    return McpServerSettings(name=server.name, command=server.command, args=list(server.args), env={e.name: e.value for e in server.env})
+
 
 def _check_cwd(cwd: str) -> None:
     if not os.path.isabs(cwd):

@@ -7,7 +7,7 @@ Server side (anyio events): the pure translation is :mod:`.codec`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -19,6 +19,9 @@ from .files import EditorFiles
 from .jsonrpc import INTERNAL_ERROR, EditorError, JsonRpcCodec, Response, RpcError, RpcId
 from .terminal import EditorTerminal
 from .wire import SelectOption, SessionNotification, Update
+
+if TYPE_CHECKING:
+    from plugins.mcp.source import McpServers
 
 
 class OpenPrompt:
@@ -52,14 +55,17 @@ class SessionState:
         self.prompts: dict[str, OpenPrompt] = {}  # by request id, in the order they were sent
         self.files: EditorFiles | None = None
         self.terminal: EditorTerminal | None = None
+        self.mcp: McpServers | None = None  # the MCP servers the editor gave the session
         self.options: tuple[SelectOption, ...] = ()  # the config options the editor was last told
         self.title: str | None = None  # the title the editor was last told
         self.following = anyio.CancelScope()
         self.unfollowed = anyio.Event()
 
     def tool_sources(self) -> tuple[ToolSource, ...]:
-        """The session's own tools from this editor (``ConfigureSession(tool_sources=...)``)."""
-        return (self.terminal,) if self.terminal is not None else ()
+        """The session's own tools from this editor (``ConfigureSession(tool_sources=...)``):
+        its terminal's ``run_command``, and the tools of the MCP servers it gave."""
+        terminal = (self.terminal,) if self.terminal is not None else ()
+        return (*terminal, *(self.mcp.sources if self.mcp is not None else ()))
 
 
 def update_line(session_id: str, update: Update) -> bytes:

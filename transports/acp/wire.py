@@ -36,7 +36,37 @@ class InitializeParams(msgspec.Struct, rename="camel"):
     client_info: dict[str, Any] | None = None
 
 
+class NameValue(msgspec.Struct):
+    """An MCP server's environment variable (stdio) or HTTP header."""
+
+    name: str
+    value: str
+
+
+class StdioMcpServer(msgspec.Struct):
+    """An MCP server the gateway starts for the session (the schema gives it no ``type``)."""
+
+    name: str
+    command: str
+    args: list[str] = []
+    env: list[NameValue] = []
+
+
+class HttpMcpServer(msgspec.Struct):
+    """An MCP server at a streamable HTTP endpoint (``type: "http"``)."""
+
+    name: str
+    url: str
+    headers: list[NameValue] = []
+
+
+McpServer = StdioMcpServer | HttpMcpServer
+
+
 class NewSessionParams(msgspec.Struct, rename="camel"):
+    """``mcpServers`` is checked apart (:func:`.codec.mcp_servers`): its entries are told
+    apart by a ``type`` that the stdio one does not have."""
+
     cwd: str
     mcp_servers: list[Any] = []
 

@@ -22,6 +22,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from kernel import Follower, Kernel, KernelError
 from kernel import model as m
+from transports.base import BannerLine
 from transports.shared import (
     CLOSE_INTERNAL_ERROR,
     CLOSE_NORMAL,
@@ -35,6 +36,8 @@ from transports.shared import (
     WsRateLimited,
     WsText,
     WsTooLarge,
+    page_url,
+    resolve_token,
     serve_http,
     validate_bind,
 )
@@ -64,6 +67,11 @@ class AgentCliTransport:
         router = Router(config)
         router.websocket(config.path, partial(_serve_connection, kernel, config))
         await serve_http(router, config, lag_grace_s=kernel.settings.session.lag_grace_s, task_status=task_status)
+
+    def banner(self, kernel: Kernel, config: AgentCliConfig, address: str | None, command: str) -> list[BannerLine]:
+        """The socket's URL, with the token as ``?token=`` when one is set."""
+        ws_base = (address or "").replace("http://", "ws://", 1)
+        return [BannerLine("agent-cli", page_url(ws_base, resolve_token(config), config.path))]
 
 
 async def _serve_connection(kernel: Kernel, config: AgentCliConfig, ws: WebSocket) -> None:

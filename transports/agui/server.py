@@ -27,6 +27,7 @@ from anyio.abc import TaskStatus
 
 from kernel import Follower, Kernel, KernelError, RunFollower
 from kernel import model as m
+from transports.base import BannerLine
 from transports.shared import ConfigError, HttpError, Request, Response, Router, format_sse, json_response, open_sse, serve_http, write_frames
 
 from . import codec
@@ -268,3 +269,7 @@ class AguiTransport:
         check_config(config)
         app = AguiApp(kernel, config)  # a bad agent or policy is refused before anything is bound
         await serve_http(app.router, config, lag_grace_s=kernel.settings.session.lag_grace_s, task_status=task_status)
+
+    def banner(self, kernel: Kernel, config: AguiConfig, address: str | None, command: str) -> list[BannerLine]:
+        """The endpoint an AG-UI client (``HttpAgent({url})``) posts its runs to."""
+        return [BannerLine("agui", f"{address}{config.path}")]

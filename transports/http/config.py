@@ -53,6 +53,11 @@ class HttpConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
     stored_responses: int = 1000
     #: The stored responses' JSON may take this many bytes in all.
     stored_responses_bytes: int = 33_554_432
+    #: The gateway console at ``/`` (docs/console.md): a page watching and steering every
+    #: transport's sessions through the native API.
+    console: bool = True
+    #: How often the live session list (``GET /v1/sessions`` as SSE) asks the kernel for changes.
+    sessions_poll_s: float = 0.5
 
     def __post_init__(self) -> None:
         openai_policy(self.openai_tool_approval)  # refused at load time, not at the first request
@@ -67,3 +72,5 @@ def check_config(config: HttpConfig) -> None:
         raise ConfigError("rate_limit_per_minute must be >= 0")
     if config.stored_responses < 0 or config.stored_responses_bytes < 0:
         raise ConfigError("stored_responses and stored_responses_bytes must be >= 0")
+    if config.sessions_poll_s <= 0:
+        raise ConfigError("sessions_poll_s must be positive")

@@ -5,8 +5,10 @@ OpenAI routes — chat completions, models and responses — in OpenAI's (the ro
 error shaper sees no path, so the app picks the router by path first). The routers
 apply the shared security policy; here a browser ``Origin`` must be one of
 ``cors_origins`` (empty: CORS off, and every request carrying an ``Origin`` is
-refused), and ``rate_limit_per_minute`` is the per-client-IP request limit, one count
-for both routers.
+refused; a page the server served itself — the console — is not cross-site), and
+``rate_limit_per_minute`` is the per-client-IP request limit, one count for both routers.
+The console (``console/``) is on the native router: its page at ``/``, its calls to the
+native API.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ import msgspec
 from anyio.abc import TaskStatus
 
 from kernel import Kernel
-from transports.shared import ClientLimiter, Router, serve_http
+from transports.base import BannerLine
+from transports.shared import ClientLimiter, Router, page_url, resolve_token, serve_http
 
 from .config import HttpConfig, check_config, openai_policy
+from .console.pages import ConsolePages
 from .native import codec as native_codec
 from .native.routes import NativeApi
 from .openai import codec as openai_codec
@@ -46,7 +50,11 @@ class HttpApp:
         limiter = ClientLimiter(config.rate_limit_per_minute)
         self.native = Router(router_config, error_body=native_codec.native_error_body, cors=cors, limiter=limiter)
         self.openai = Router(router_config, error_body=openai_codec.openai_error_body, cors=cors, limiter=limiter)
-        NativeApi(kernel, keepalive_s=config.sse_keepalive_s, run_timeout_s=config.run_timeout_s).register(self.native)
+        NativeApi(
+            kernel, keepalive_s=config.sse_keepalive_s, run_timeout_s=config.run_timeout_s, sessions_poll_s=config.sessions_poll_s
+        ).register(self.native)
+        if config.console:
+            ConsolePages(self.native.token).register(self.native)
         policy = openai_policy(config.openai_tool_approval)
         OpenAIApi(kernel, keepalive_s=config.sse_keepalive_s, run_timeout_s=config.run_timeout_s, policy=policy).register(self.openai)
         ResponsesApi(
@@ -71,3 +79,11 @@ class HttpTransport:
         check_config(config)
         app = HttpApp(kernel, config)
         await serve_http(app, config, lag_grace_s=kernel.settings.session.lag_grace_s, task_status=task_status)
+
+    def banner(self, kernel: Kernel, config: HttpConfig, address: str | None, command: str) -> list[BannerLine]:
+        """The API's base URL (the OpenAI SDK's ``base_url``) and the console's, with its login."""
+        lines = [BannerLine("http", f"{address}/v1  (native API; OpenAI base_url)")]
+        if config.console:
+            lines.append(BannerLine("console", page_url(address, resolve_token(config))))
+        return lines
+

@@ -6,7 +6,8 @@ it asks by default. A REST or SSE client cannot answer, so those runs are decide
 ``rest_tool_approval``: declined by default, with a reason the model sees. ``"ask"``
 there would only wait for the kernel's approval timeout, and is refused at load time.
 ``dashboard_dir`` (off by default) names a directory served as a page from the
-gateway's origin; a directory that does not exist is refused at load time too.
+gateway's origin; a directory that does not exist is refused at load time too. Without
+one, ``console`` puts the gateway console at ``/`` (docs/console.md).
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ class OpenFangConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
     #: A directory served at ``/`` (its ``index.html``) and ``/{name}``, without a token: a
     #: dashboard page opened from the gateway's own origin. Empty: nothing is served there.
     dashboard_dir: str = ""
+    #: The gateway console at ``/`` (and the native API it calls, ``/v1/...``) on this port,
+    #: when ``dashboard_dir`` is empty (a dashboard set there wins).
+    console: bool = True
 
     def __post_init__(self) -> None:
         rest_policy(self.rest_tool_approval)  # refused at load time, not at the first request

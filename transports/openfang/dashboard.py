@@ -19,11 +19,8 @@ gateway's own origin and talk to it.
 from __future__ import annotations
 
 import logging
-import mimetypes
 import time
 from pathlib import Path
-
-import anyio
 
 from kernel import Kernel
 from kernel import model as m
@@ -35,6 +32,7 @@ from transports.shared import (
     extract_token,
     json_response,
     resolve_token,
+    static_response,
     token_matches,
 )
 
@@ -214,11 +212,8 @@ class OpenFangDashboard:
 
 
 class DashboardFiles:
-    """``dashboard_dir`` on the web: ``/`` is its ``index.html``, ``/{name}`` a file directly in it.
-
-    Nothing outside the directory can be named: one path segment, no leading dot, and the
-    resolved path must still be inside (a symlink pointing out is refused).
-    """
+    """``dashboard_dir`` on the web: ``/`` is its ``index.html``, ``/{name}`` a file directly in it
+    (``transports.shared.static_response``: nothing outside the directory can be named)."""
 
     def __init__(self, directory: str) -> None:
         self.root = Path(directory).expanduser().resolve()
@@ -228,17 +223,7 @@ class DashboardFiles:
         router.get("/{name}", auth=False)(self.file)
 
     async def index(self, request: Request) -> Response:
-        return await self._serve("index.html")
+        return await static_response(self.root, "index.html")
 
     async def file(self, request: Request) -> Response:
-        return await self._serve(request.path_params["name"])
-
-    async def _serve(self, name: str) -> Response:
-        path = (self.root / name).resolve()
-        if name.startswith(".") or "\\" in name or path.parent != self.root or not await anyio.Path(path).is_file():
-            raise HttpError(404, f"Not found: /{name}", code="not_found")
-        content_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
-        if content_type.startswith("text/") or content_type in ("application/javascript", "application/json"):
-            content_type += "; charset=utf-8"
-        headers = {"cache-control": "no-cache", "x-content-type-options": "nosniff", "x-frame-options": "DENY", "referrer-policy": "no-referrer"}
-        return Response(200, await anyio.Path(path).read_bytes(), content_type=content_type, headers=headers)
+        return await static_response(self.root, request.path_params["name"])

@@ -1,7 +1,10 @@
 """The OpenFang transport: one raw-ASGI app (REST + SSE + WebSocket) on hypercorn.
 
 ``serve`` runs until cancelled; the shared plumbing then closes open sockets with
-1001 and ends SSE streams before hypercorn stops.
+1001 and ends SSE streams before hypercorn stops. The gateway console, when the gateway
+gives one (``console=``, built from this transport's config), answers the requests no
+OpenFang route takes — ``/``, its files and the native API — unless ``console`` is off
+or ``dashboard_dir`` serves a dashboard there instead.
 
 A socket only pumps: frames in -> its :class:`~.codec.Connection` -> kernel commands
 out; events in -> the connection -> frames out. The receive loop never waits for a
@@ -21,6 +24,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from kernel import Follower, Kernel
 from kernel import model as m
+from transports.base import BannerLine, ConsoleFactory
 from transports.shared import (
     CLOSE_NORMAL,
     Router,
@@ -30,6 +34,8 @@ from transports.shared import (
     WsRateLimited,
     WsText,
     WsTooLarge,
+    page_url,
+    resolve_token,
     serve_http,
 )
 
@@ -43,9 +49,17 @@ from .wire import ErrorOut, ServerEvent, encode
 log = logging.getLogger("gateway.openfang")
 
 
-def build_app(kernel: Kernel, config: OpenFangConfig) -> Router:
-    """The ASGI application of the dialect (usable with any ASGI server)."""
+def wants_console(config: OpenFangConfig) -> bool:
+    """The console at ``/``, unless it is turned off or a dashboard is served there."""
+    return config.console and not config.dashboard_dir
+
+
+def build_app(kernel: Kernel, config: OpenFangConfig, console: ConsoleFactory | None = None) -> Router:
+    """The ASGI application of the dialect (usable with any ASGI server), with the console
+    behind it when one is given and the config wants it."""
     router = Router(config)
+    if console is not None and wants_console(config):
+        router.fallback = console(kernel, config)
     agents = Agents(kernel)
     sessions = ActiveSessions(kernel)
     uploads = UploadStore(max_bytes=config.upload_store_bytes, ttl_s=config.upload_ttl_s)
@@ -225,10 +239,35 @@ class OpenFangTransport:
     name = "openfang"
     description = "OpenFang dialect: WebSocket /api/agents/{id}/ws, REST /api/..., SSE streaming"
     Config = OpenFangConfig
+    hosts_console = True
 
-    async def serve(self, kernel: Kernel, config: OpenFangConfig, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED) -> None:
-        app = build_app(kernel, config)
+    def __init__(self) -> None:
+        self.console: ConsoleFactory | None = None
+
+    async def serve(
+        self,
+        kernel: Kernel,
+        config: OpenFangConfig,
+        *,
+        task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED,
+        console: ConsoleFactory | None = None,
+    ) -> None:
+        self.console = console
+        app = build_app(kernel, config, console)
         await serve_http(app, config, lag_grace_s=kernel.settings.session.lag_grace_s, task_status=task_status)
+
+    def banner(self, kernel: Kernel, config: OpenFangConfig, address: str | None, command: str) -> list[BannerLine]:
+        """Each agent's WebSocket URL (with the token a browser client passes as ``?token=``),
+        and the console's when it is served here."""
+        token = resolve_token(config)
+        ws_base = (address or "").replace("http://", "ws://", 1)
+        lines = [
+            BannerLine("openfang", f"{page_url(ws_base, token, f'/api/agents/{agent.agent_id()}/ws')}  (agent {agent.name!r}; REST {address}/api)")
+            for agent in kernel.settings.agents
+        ]
+        if self.console is not None and wants_console(config):
+            lines.append(BannerLine("console", page_url(address, token)))
+        return lines
 
 
 __all__ = ["OpenFangTransport", "build_app"]

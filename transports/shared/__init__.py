@@ -22,9 +22,13 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "._http": ("ErrorShaper", "Headers", "HttpError", "Request", "Response", "default_error_body", "error_response", "json_response"),
     "._lines": ("LineReader", "LineTooLong", "LineWriter"),
     "._router": ("HttpHandler", "Router", "WebSocketHandler"),
-    "._security": ("ClientLimiter", "SlidingWindowLimiter", "extract_token", "host_allowed", "host_name", "origin_allowed", "token_matches"),
+    "._security": (
+        "TOKEN_COOKIE", "ClientLimiter", "SlidingWindowLimiter", "cookie_value", "extract_token", "host_allowed", "host_name",
+        "origin_allowed", "same_origin", "token_cookie", "token_cookie_name", "token_matches",
+    ),
     "._serve": ("base_url", "build_hypercorn_config", "serve_asgi", "serve_http", "stalled_peer_timeout_s"),
     "._sse": ("SSEStream", "format_sse", "open_sse", "wait_disconnect", "write_frames"),
+    "._static": ("PAGE_HEADERS", "page_url", "static_response"),
     "._tcplines": ("LineConnection", "LineServerConfig", "LineSplitter", "serve_lines"),
     "._websocket": (
         "CLOSE_GOING_AWAY", "CLOSE_INTERNAL_ERROR", "CLOSE_NORMAL", "CLOSE_POLICY_VIOLATION", "CLOSE_TOO_BIG",
@@ -59,12 +63,17 @@ if TYPE_CHECKING:
     from ._router import HttpHandler as HttpHandler
     from ._router import Router as Router
     from ._router import WebSocketHandler as WebSocketHandler
+    from ._security import TOKEN_COOKIE as TOKEN_COOKIE
     from ._security import ClientLimiter as ClientLimiter
     from ._security import SlidingWindowLimiter as SlidingWindowLimiter
+    from ._security import cookie_value as cookie_value
     from ._security import extract_token as extract_token
     from ._security import host_allowed as host_allowed
     from ._security import host_name as host_name
     from ._security import origin_allowed as origin_allowed
+    from ._security import same_origin as same_origin
+    from ._security import token_cookie as token_cookie
+    from ._security import token_cookie_name as token_cookie_name
     from ._security import token_matches as token_matches
     from ._serve import base_url as base_url
     from ._serve import build_hypercorn_config as build_hypercorn_config
@@ -76,6 +85,9 @@ if TYPE_CHECKING:
     from ._sse import open_sse as open_sse
     from ._sse import wait_disconnect as wait_disconnect
     from ._sse import write_frames as write_frames
+    from ._static import PAGE_HEADERS as PAGE_HEADERS
+    from ._static import page_url as page_url
+    from ._static import static_response as static_response
     from ._tcplines import LineConnection as LineConnection
     from ._tcplines import LineServerConfig as LineServerConfig
     from ._tcplines import LineSplitter as LineSplitter

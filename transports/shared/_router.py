@@ -7,10 +7,14 @@ transport's error shape.
 
 The security policy is applied here, to every route of every dialect, before any
 handler runs: the ``Host`` check (DNS rebinding, without a token), a browser
-``Origin`` must be in the allow-list (on plain HTTP too: it stops cross-site
-requests), a per-client-IP request rate, the body size limit, and the token (on
-every route unless it opts out with ``auth=False``, e.g. a health check, which is
-also exempt from the rate).
+``Origin`` must be in the allow-list or the server's own (on plain HTTP too: it stops
+cross-site requests), a per-client-IP request rate, the body size limit, and the token
+(``Authorization``, ``?token=`` or a page's login cookie; on every route unless it opts
+out with ``auth=False``, e.g. a health check, which is also exempt from the rate unless
+it asks for it with ``limited=True``, e.g. a page that checks the token itself).
+
+A router may hand the requests that none of its routes match to a ``fallback`` app: another
+router sharing the port (the console on OpenFang's), which applies its own policy.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from ._http import (
     default_error_body,
     error_response,
 )
-from ._security import ClientLimiter, extract_token, host_allowed, origin_allowed, token_matches
+from ._security import ClientLimiter, extract_token, host_allowed, origin_allowed, same_origin, token_matches
 from ._websocket import WebSocket
 
 __all__ = ["HttpHandler", "Router", "WebSocketHandler", "compile_path"]
@@ -69,6 +73,7 @@ class _Route:
     methods: frozenset[str]
     handler: Callable[..., Awaitable[Any]]
     auth: bool
+    limited: bool
 
 
 class Router:
@@ -79,7 +84,8 @@ class Router:
     every JSON error this router or its WebSockets produce.  ``cors`` (off by default)
     answers preflights and adds ``Access-Control-Allow-Origin`` for allowed origins.
     ``limiter`` counts requests per client IP (``config.requests_per_minute_per_ip``
-    by default); routers that serve one port share one.
+    by default); routers that serve one port share one. ``fallback``: an ASGI app for the
+    requests whose path no route of this router matches (HTTP and WebSocket).
     """
 
     def __init__(
@@ -90,32 +96,41 @@ class Router:
         token: str | None = _UNSET,
         cors: bool = False,
         limiter: ClientLimiter | None = None,
+        fallback: Callable[[dict[str, Any], ASGIReceive, ASGISend], Awaitable[None]] | None = None,
     ) -> None:
         self.config = config if config is not None else ServerConfig()
         self.token: str | None = resolve_token(self.config) if token is _UNSET else token
         self.error_body = error_body
         self.cors = cors
         self.limiter = limiter if limiter is not None else ClientLimiter(self.config.requests_per_minute_per_ip)
+        self.fallback = fallback
         self._http: list[_Route] = []
         self._ws: list[_Route] = []
 
     # ---------------------------------------------------------- registration
     def route(
-        self, methods: str | Iterable[str], pattern: str, handler: HttpHandler | None = None, *, auth: bool = True
+        self,
+        methods: str | Iterable[str],
+        pattern: str,
+        handler: HttpHandler | None = None,
+        *,
+        auth: bool = True,
+        limited: bool | None = None,
     ) -> Callable[[H], H]:
-        """Register ``handler`` for ``methods`` on ``pattern``; usable as a decorator."""
+        """Register ``handler`` for ``methods`` on ``pattern``; usable as a decorator.
+        ``limited``: whether the per-IP request rate applies (by default: when ``auth`` does)."""
         names = frozenset([methods.upper()] if isinstance(methods, str) else (m.upper() for m in methods))
 
         def add(fn: H) -> H:
-            self._http.append(_Route(pattern, compile_path(pattern), names, fn, auth))
+            self._http.append(_Route(pattern, compile_path(pattern), names, fn, auth, auth if limited is None else limited))
             return fn
 
         if handler is not None:
             add(handler)
         return add
 
-    def get(self, pattern: str, *, auth: bool = True) -> Callable[[H], H]:
-        return self.route("GET", pattern, auth=auth)
+    def get(self, pattern: str, *, auth: bool = True, limited: bool | None = None) -> Callable[[H], H]:
+        return self.route("GET", pattern, auth=auth, limited=limited)
 
     def post(self, pattern: str, *, auth: bool = True) -> Callable[[H], H]:
         return self.route("POST", pattern, auth=auth)
@@ -135,7 +150,7 @@ class Router:
         """Register a WebSocket handler; it must call ``await ws.accept(checks)`` itself."""
 
         def add(fn: H) -> H:
-            self._ws.append(_Route(pattern, compile_path(pattern), frozenset(), fn, auth))
+            self._ws.append(_Route(pattern, compile_path(pattern), frozenset(), fn, auth, auth))
             return fn
 
         if handler is not None:
@@ -147,6 +162,8 @@ class Router:
         kind = scope["type"]
         if kind in ("http", "websocket") and not host_allowed(Headers(scope.get("headers", ())).get("host"), self.token):
             await self._refuse_host(scope, receive, send)
+        elif self.fallback is not None and kind in ("http", "websocket") and not self._routes_path(kind, scope["path"]):
+            await self.fallback(scope, receive, send)
         elif kind == "http":
             await self._handle_http(scope, receive, send)
         elif kind == "websocket":
@@ -211,9 +228,9 @@ class Router:
 
     def _check_origin_and_rate(self, request: Request, route: _Route | None) -> None:
         origin = request.headers.get("origin")
-        if origin is not None and not origin_allowed(origin, self.config.allowed_origins):
+        if origin is not None and not (origin_allowed(origin, self.config.allowed_origins) or same_origin(origin, request.headers.get("host"))):
             raise HttpError(403, f"Origin {origin!r} is not allowed by this server's Origin allow-list", code="forbidden")
-        if request.method == "OPTIONS" or (route is not None and not route.auth):
+        if request.method == "OPTIONS" or (route is not None and not route.limited):
             return
         wait = self.limiter.check(request.client_host)
         if wait > 0:
@@ -221,6 +238,10 @@ class Router:
                 429, f"Too many requests: limit is {self.limiter.limit} per minute",
                 code="rate_limited", headers={"retry-after": str(math.ceil(wait))},
             )
+
+    def _routes_path(self, kind: str, path: str) -> bool:
+        """Whether a route of this router (of any method) matches ``path``."""
+        return any(route.regex.match(path) for route in (self._http if kind == "http" else self._ws))
 
     def _route_for(self, path: str) -> _Route | None:
         return next((route for route in self._http if route.regex.match(path)), None)

@@ -9,11 +9,26 @@ from __future__ import annotations
 import hmac
 from collections import deque
 from collections.abc import Iterable, Mapping
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import anyio
 
-__all__ = ["ClientLimiter", "SlidingWindowLimiter", "extract_token", "origin_allowed", "token_matches"]
+__all__ = [
+    "TOKEN_COOKIE",
+    "ClientLimiter",
+    "SlidingWindowLimiter",
+    "cookie_value",
+    "extract_token",
+    "origin_allowed",
+    "same_origin",
+    "token_cookie",
+    "token_cookie_name",
+    "token_matches",
+]
+
+#: The cookie a browser page's login sets (Jupyter-style: ``/?token=…`` once, then this
+#: cookie), named per port by :func:`token_cookie_name`.
+TOKEN_COOKIE = "gateway_token"
 
 
 def host_name(host: str) -> str:
@@ -36,17 +51,58 @@ def host_allowed(host: str | None, token: str | None) -> bool:
     return token is not None or not host or is_loopback_host(host_name(host))
 
 
-def extract_token(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
-    """The token a client presented: ``Authorization: Bearer X`` first, then ``?token=X``.
+def _host_port(host: str | None) -> str | None:
+    """``127.0.0.1:8000`` -> ``8000``; ``[::1]:8000`` -> ``8000``; no port -> None."""
+    if not host:
+        return None
+    host = host.strip()
+    tail = host[host.find("]") + 1 :] if host.startswith("[") else host if host.count(":") == 1 else ""
+    _, colon, port = tail.partition(":")
+    return port if colon and port.isdigit() else None
 
-    Browsers cannot set headers on a WebSocket upgrade, hence the query fallback.
+
+def token_cookie_name(host: str | None) -> str:
+    """The token cookie's name on a server addressed as ``host`` (its ``Host`` header).
+
+    Browsers keep cookies per host name, not per port: with one name per port, two
+    transports on one machine with different tokens do not overwrite each other's login.
+    """
+    port = _host_port(host)
+    return f"{TOKEN_COOKIE}_{port}" if port else TOKEN_COOKIE
+
+
+def token_cookie(host: str | None, token: str) -> str:
+    """The ``Set-Cookie`` value of a page's login on a server addressed as ``host``: the
+    token (percent-encoded), for every path, never readable by scripts, never sent with a
+    request another site starts; it lasts as long as the browser session."""
+    return f"{token_cookie_name(host)}={quote(token, safe='')}; Path=/; HttpOnly; SameSite=Strict"
+
+
+def cookie_value(headers: Mapping[str, str], name: str) -> str | None:
+    """The value of cookie ``name`` in the request's ``Cookie`` header(s), if any."""
+    for pair in headers.get("cookie", "").replace(",", ";").split(";"):
+        key, eq, value = pair.strip().partition("=")
+        if eq and key == name and value:
+            return value.strip().strip('"')
+    return None
+
+
+def extract_token(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
+    """The token a client presented: ``Authorization: Bearer X`` first, then ``?token=X``,
+    then the token cookie a browser page's login set (:func:`token_cookie_name`).
+
+    Browsers cannot set headers on a WebSocket upgrade nor on an ``EventSource``, hence
+    the query and the cookie.
     """
     auth = headers.get("authorization")
     if auth:
         scheme, _, value = auth.strip().partition(" ")
         if scheme.lower() == "bearer" and value.strip():
             return value.strip()
-    return query.get("token") or None
+    if query.get("token"):
+        return query["token"]
+    cookie = cookie_value(headers, token_cookie_name(headers.get("host")))
+    return unquote(cookie) if cookie else None
 
 
 def token_matches(presented: str | None, expected: str | None) -> bool:
@@ -95,6 +151,29 @@ def origin_allowed(origin: str | None, allowed: Iterable[str]) -> bool:
         if want[0] == got[0] and want[1] == got[1] and (want[2] is None or want[2] == got[2]):
             return True
     return False
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
+def same_origin(origin: str | None, host: str | None) -> bool:
+    """Whether a browser's ``Origin`` is the server's own (the ``Host`` it addressed): a page
+    the server served itself (its console) calling it back is not a cross-site request.
+
+    A page elsewhere that rebinds its name to this server keeps its own name in ``Host``,
+    which the Host check refuses without a token (:func:`host_allowed`); with a token it
+    has neither the token nor the cookie (cookies belong to a host name).
+    """
+    if origin is None or not host:
+        return False
+    got = _origin_parts(origin)
+    if got is None:
+        return False
+    scheme, origin_host, origin_port = got
+    name = host_name(host).lower()
+    port = _host_port(host)
+    default = _DEFAULT_PORTS.get(scheme)
+    return name == origin_host and (int(port) if port else default) == (origin_port if origin_port is not None else default)
 
 
 class SlidingWindowLimiter:

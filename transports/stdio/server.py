@@ -17,6 +17,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from kernel import Follower, Kernel, KernelError, RunWatch
 from kernel import model as m
+from transports.base import BannerLine
 from transports.shared import LineReader, LineTooLong, LineWriter
 
 from .codec import StdioCodec
@@ -49,6 +50,10 @@ class StdioTransport:
             await _Connection(kernel, config, self.stdin_fd, writer, codec).run(opened.session, task_status)
         finally:
             writer.close()
+
+    def banner(self, kernel: Kernel, config: StdioConfig, address: str | None, command: str) -> list[BannerLine]:
+        """Where this process listens, and the command a script or an editor starts it with."""
+        return [BannerLine("stdio", f"JSON lines on this process's stdin/stdout; start it as: {command}")]
 
 
 class _OwnRuns:

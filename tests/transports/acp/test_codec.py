@@ -29,9 +29,11 @@ from transports.acp.wire import (
     AgentMessageChunk,
     AuthenticateParams,
     CancelRequestParams,
+    HttpMcpServer,
     InitializeParams,
     ListSessionsParams,
     LoadSessionParams,
+    NameValue,
     NewSessionParams,
     PromptParams,
     SessionNotification,
@@ -39,6 +41,7 @@ from transports.acp.wire import (
     SetConfigOptionParams,
     SetModelParams,
     SetModeParams,
+    StdioMcpServer,
     Text,
     TextBlock,
 )
@@ -204,6 +207,7 @@ def test_tool_kinds_and_titles() -> None:
     assert acp.tool_kind("memory_store", "memory", "update") == "edit"
     assert acp.tool_title("read_file", {"path": "a.txt"}) == "Read file a.txt"
     assert acp.tool_title("current_time", "not json") == "Current time"
+    assert acp.tool_title("docs__search_pages", {"path": "guide"}) == "Search pages (docs) guide"
 
 
 def _run_ids() -> dict[str, Any]:
@@ -415,7 +419,7 @@ def test_initialize_and_modes() -> None:
     assert result["agentCapabilities"] == {
         "loadSession": True,
         "promptCapabilities": {"image": True, "audio": False, "embeddedContext": True},
-        "mcpCapabilities": {"http": False, "sse": False},
+        "mcpCapabilities": {"http": True, "sse": False},
         "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}},
         "auth": {"logout": {}},
     }
@@ -496,3 +500,33 @@ def test_fuzz_tool_mapping_never_raises(name: str, arguments: str, access: str) 
     updates = stream.updates(m.ToolCallStarted(**ids, call_id="c", name=name, arguments=arguments, access=access))
     assert updates and msgspec.json.encode(updates)
     assert acp.permission_request("S", m.ToolApprovalRequested(**ids, call_id="c", name=name, arguments=arguments), "/w")
+
+
+def test_the_editors_mcp_servers() -> None:
+    stdio = {"name": "files", "command": "/usr/bin/mcp-files", "args": ["--root", "/w"], "env": [{"name": "TOKEN", "value": "t"}], "_meta": {"x": 1}}
+    http = {"type": "http", "name": "docs", "url": "https://docs.example/mcp", "headers": [{"name": "Authorization", "value": "Bearer b"}]}
+    servers = acp.mcp_servers([stdio, {**stdio, "type": "stdio", "name": "again"}, http])
+    assert [type(s).__name__ for s in servers] == ["StdioMcpServer", "StdioMcpServer", "HttpMcpServer"]
+    assert servers[0] == StdioMcpServer(name="files", command="/usr/bin/mcp-files", args=["--root", "/w"], env=[NameValue("TOKEN", "t")])
+    assert servers[2] == HttpMcpServer(name="docs", url="https://docs.example/mcp", headers=[NameValue("Authorization", "Bearer b")])
+    assert acp.mcp_servers([]) == ()
+    for entries, message in (
+        ([{"type": "sse", "name": "old", "url": "http://h/sse", "headers": []}], "mcpServers[0] (old): 'sse' MCP servers are not supported"),
+        ([http, {"name": "x"}], "mcpServers[1] (x): Object missing required field `command`"),
+        (["files"], "mcpServers[0]: expected an object"),
+        ([{"type": "http", "name": "h", "url": 7}], "mcpServers[0] (h): Expected `str`, got `int`"),
+    ):
+        with pytest.raises(RpcFailure) as failure:
+            acp.mcp_servers(entries)
+        assert failure.value.error.code == -32602 and message in failure.value.error.message
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_json | st.fixed_dictionaries({}, optional={"type": _json | st.sampled_from(["stdio", "http", "sse"]), "name": _json, "command": _json, "url": _json, "args": _json, "env": _json, "headers": _json}), max_size=3))
+def test_fuzz_mcp_servers_are_servers_or_invalid_params(entries: list[Any]) -> None:
+    try:
+        servers = acp.mcp_servers(entries)
+    except RpcFailure as failure:
+        assert failure.error.code == -32602 and failure.error.message.startswith("Invalid params: mcpServers[")
+    else:
+        assert len(servers) == len(entries) and all(isinstance(s, StdioMcpServer | HttpMcpServer) for s in servers)

@@ -12,6 +12,7 @@ kernel's stable error code. Nothing here raises on bad input: decoders return an
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
 import msgspec
@@ -19,7 +20,7 @@ import msgspec
 from kernel import model as m
 from transports.shared.jsonwire import decode_json
 
-from .wire import ApiError, CommandBody, PromptBody, RegenerateBody, RunResult, SessionCreate, ToolCallRecord
+from .wire import ApiError, CommandBody, PromptBody, RegenerateBody, RunResult, SessionCreate, SessionRemoved, ToolCallRecord
 
 T = TypeVar("T")
 
@@ -183,12 +184,19 @@ def resume_after(last_event_id: str | None, after: str | None) -> int | ApiError
     return parse_int(after, "after")
 
 
+def _accepted_kinds(accept: str | None) -> list[str]:
+    return [part.split(";")[0].strip().lower() for part in (accept or "").split(",")]
+
+
 def wants_json(accept: str | None) -> bool:
     """``Accept: application/json`` (and not ``text/event-stream``) asks for one answer."""
-    if not accept:
-        return False
-    kinds = [part.split(";")[0].strip().lower() for part in accept.split(",")]
+    kinds = _accepted_kinds(accept)
     return "application/json" in kinds and "text/event-stream" not in kinds
+
+
+def wants_stream(accept: str | None) -> bool:
+    """``Accept: text/event-stream`` (what ``EventSource`` sends) asks a listing to stay live."""
+    return "text/event-stream" in _accepted_kinds(accept)
 
 
 # ---------------------------------------------------------------- events out
@@ -214,6 +222,57 @@ def event_id(event: m.Event) -> str | None:
     if isinstance(event, m.SubscriberLagged):
         return str(event.last_seq)
     return str(event.seq) if event.seq else None
+
+
+#: One SSE event of the live session list: its ``event:`` name and its ``data:`` JSON.
+ListingEvent = tuple[str, bytes]
+
+
+def _listed(info: m.SessionInfo) -> m.SessionInfo:
+    """What the live list compares: a session's info but its ``last_seq``, which moves with
+    every streamed delta (the session's own event stream carries those)."""
+    return msgspec.structs.replace(info, last_seq=0)
+
+
+def _counted(status: m.StatusReport) -> m.StatusReport:
+    """What the live list compares of the status: all but the uptime, which always moves."""
+    return msgspec.structs.replace(status, uptime_s=0.0, request_id=None)
+
+
+class SessionListWatch:
+    """The live session list as changes (``GET /v1/sessions`` with ``Accept:
+    text/event-stream``). Fed each poll of the sessions and the status, it answers the
+    events to send: first the whole list (``sessions``) and the ``status``; then a
+    ``session`` for each session that is new or changed, a ``session_removed`` for each one
+    gone, and the ``status`` again when its counts change. A reconnecting client gets the
+    whole list again, so the stream needs no ids."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, m.SessionInfo] | None = None
+        self._status: m.StatusReport | None = None
+
+    def feed(self, sessions: Sequence[m.SessionInfo], status: m.StatusReport) -> list[ListingEvent]:
+        seen = {info.session_id: _listed(info) for info in sessions}
+        events: list[ListingEvent] = []
+        if self._sessions is None:
+            events.append(("sessions", msgspec.json.encode(m.SessionList(sessions=tuple(sessions)))))
+        else:
+            previous = self._sessions
+            events += [
+                ("session", msgspec.json.encode(m.SessionOpened(session=info)))
+                for info in sessions
+                if previous.get(info.session_id) != seen[info.session_id]
+            ]
+            events += [
+                ("session_removed", msgspec.json.encode(SessionRemoved(session_id=gone)))
+                for gone in previous
+                if gone not in seen
+            ]
+        counted = _counted(status)
+        if counted != self._status:
+            events.append(("status", msgspec.json.encode(status)))
+        self._sessions, self._status = seen, counted
+        return events
 
 
 class RunCollector:

@@ -5,7 +5,9 @@ the kernel's reply as JSON. A prompt is followed by the kernel's run follower an
 answers with that run's events as SSE (or one JSON result with ``Accept:
 application/json``, or 202 at once with ``?wait=false``); its questions are the
 client's to answer (``/approvals``, ``/turn-limit``). ``/events`` follows the whole
-session and resumes from ``Last-Event-ID`` / ``?after=`` on reconnect.
+session and resumes from ``Last-Event-ID`` / ``?after=`` on reconnect. ``GET
+/v1/sessions`` as SSE is the live session list (of every transport's sessions), polled
+from the kernel every ``sessions_poll_s``: the console's sidebar.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 import anyio
+import msgspec
 
 from kernel import Follower, Kernel, KernelError, RunFollower, RunWatch
 from kernel import model as m
@@ -59,10 +62,15 @@ def _error_response(error: ApiError) -> Response:
 
 
 class NativeApi:
-    def __init__(self, kernel: Kernel, *, keepalive_s: float, run_timeout_s: float) -> None:
+    """``client``: the name this API's event followers give the sessions they watch (the
+    transport serving it), shown in ``SessionInfo.clients``."""
+
+    def __init__(self, kernel: Kernel, *, keepalive_s: float, run_timeout_s: float, sessions_poll_s: float, client: str = "http") -> None:
         self.kernel = kernel
         self.keepalive_s = keepalive_s
         self.run_timeout_s = run_timeout_s
+        self.sessions_poll_s = sessions_poll_s
+        self.client = client
 
     @property
     def send_timeout_s(self) -> float:
@@ -88,6 +96,7 @@ class NativeApi:
         router.post("/v1/sessions/{session_id}/interrupt")(self.interrupt)
         router.post("/v1/sessions/{session_id}/approvals")(self.approve)
         router.post("/v1/sessions/{session_id}/turn-limit")(self.turn_limit)
+        router.post("/v1/sessions/{session_id}/clear")(self.clear_context)
         router.post("/v1/sessions/{session_id}/commands")(self.run_command)
         router.get("/v1/sessions/{session_id}/history")(self.get_history)
         router.delete("/v1/sessions/{session_id}/history")(self.clear_history)
@@ -154,8 +163,35 @@ class NativeApi:
 
     # ---------------------------------------------------------- sessions
 
-    async def list_sessions(self, request: Request) -> Response:
-        return await self._reply(m.ListSessions(agent_id=request.query.get("agent") or None))
+    async def list_sessions(self, request: Request) -> Response | None:
+        command = m.ListSessions(agent_id=request.query.get("agent") or None)
+        if request.method == "HEAD" or not codec.wants_stream(request.headers.get("accept")):
+            return await self._reply(command)
+        await self._watch_sessions(request, command)
+        return None
+
+    async def _overview(self, command: m.ListSessions) -> tuple[tuple[m.SessionInfo, ...], m.StatusReport]:
+        listing, status = await self._execute(command), await self._execute(m.GetStatus())
+        assert isinstance(listing, m.SessionList) and isinstance(status, m.StatusReport)
+        return listing.sessions, status
+
+    async def _watch_sessions(self, request: Request, command: m.ListSessions) -> None:
+        """The live list: what changed since the last poll, as SSE (an unknown agent is a
+        404 before the stream opens; a failing poll later is a ``list_error`` event, and the
+        next poll tries again)."""
+        watch = codec.SessionListWatch()
+        overview = await self._overview(command)
+        async with open_sse(request, keepalive_interval_s=self.keepalive_s, send_timeout_s=self.send_timeout_s) as stream:
+            while True:
+                frames = [format_sse(data, event=name) for name, data in watch.feed(*overview)]
+                if not await write_frames(stream, frames):
+                    return
+                await anyio.sleep(self.sessions_poll_s)
+                try:
+                    overview = await self._overview(command)
+                except HttpError as exc:
+                    if not await stream.send(msgspec.json.encode(codec.native_error_body(exc)), event="list_error"):
+                        return
 
     async def create_session(self, request: Request) -> Response:
         body = await self._body(request, SessionCreate, empty_ok=True)
@@ -202,6 +238,12 @@ class NativeApi:
         limit = _ok(codec.parse_int(request.query.get("limit"), "limit", minimum=1))
         return await self._reply(m.GetHistory(session_id=session_id, limit=limit))
 
+    async def clear_context(self, request: Request) -> Response:
+        """Clear the context (and so the stored history) behind any run, telling every
+        follower with a ``context_cleared`` event; 202 ``accepted`` when it waits its turn."""
+        reply = await self._execute(m.ClearContext(session_id=await self._session_id(request)))
+        return json_response(202 if isinstance(reply, m.Accepted) else 200, reply)
+
     async def clear_history(self, request: Request) -> Response:
         return await self._reply(m.ClearHistory(session_id=await self._session_id(request)))
 
@@ -224,7 +266,7 @@ class NativeApi:
         try:
             # A stream resumable by Last-Event-ID must not skip lost events: it ends at a gap.
             # A JSON answer needs only the run's end (which carries the whole text).
-            run = await RunFollower.start(self.kernel, command, stop_on_loss=not as_json, client="http")
+            run = await RunFollower.start(self.kernel, command, stop_on_loss=not as_json, client=self.client)
         except KernelError as exc:
             _refuse(codec.kernel_error(exc))
         async with run:
@@ -260,7 +302,7 @@ class NativeApi:
         run_id = request.query.get("run_id") or None
         try:
             # A hole in a stream resumable by Last-Event-ID would go unnoticed: end it instead.
-            follower = await Follower.open(self.kernel, session_id, after, stop_on_loss=True, client="http")
+            follower = await Follower.open(self.kernel, session_id, after, stop_on_loss=True, client=self.client)
         except KernelError as exc:
             _refuse(codec.kernel_error(exc))
         batches = follower.next_batch if run_id is None else _run_events(follower, RunWatch(None, run_id))

@@ -86,6 +86,12 @@ class RunResult(msgspec.Struct, kw_only=True, tag="run_result", tag_field="type"
     tool_calls: list[ToolCallRecord]
 
 
+class SessionRemoved(msgspec.Struct, frozen=True, kw_only=True, tag="session_removed", tag_field="type"):
+    """On the live session list (``GET /v1/sessions`` as SSE): a session is gone (deleted)."""
+
+    session_id: str
+
+
 class ApiError(msgspec.Struct, frozen=True, kw_only=True):
     """A native error: the HTTP status (and headers) and the body's code, message and details."""
 
