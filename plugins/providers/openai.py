@@ -3,20 +3,29 @@
 Works against OpenAI, DeepSeek, vLLM, llama.cpp, Ollama and friends through
 ``openai.AsyncOpenAI`` (its own httpx2 stack, which runs on asyncio and trio).
 
-* Always streams, with ``stream_options.include_usage`` so the last chunk
-  carries token counts.
-* The SDK stream is consumed inside ``async with``: when the consumer is
-  cancelled (an interrupt) or closes the generator, the upstream HTTP response
-  is closed at once instead of generating until garbage collection.
+* The SDK does what it is good at: client configuration, auth, base URL, timeouts,
+  retries before the answer starts, typed HTTP errors. The request goes out through
+  ``client.post(..., cast_to=httpx2.Response, stream=True)`` with a body msgspec
+  encoded, and the answer comes back raw: the SDK's own stream builds a pydantic model
+  per chunk, which cost most of the gateway's CPU per token (issue 17).
+* Always streams, with ``stream_options.include_usage`` so the last chunk carries token
+  counts. Each server-sent event is decoded with msgspec into Structs holding only what
+  the kernel uses (``openai_wire``); an upstream that answers with one JSON completion
+  instead (some ignore ``stream``) is read the same way.
+* The response is closed in a shielded ``finally``: when the consumer is cancelled (an
+  interrupt) or closes the generator, the upstream HTTP response is closed at once
+  instead of generating until garbage collection. After ``[DONE]`` the rest of the body
+  is drained (briefly) so that the connection goes back to the pool.
 * Chunks are translated to the kernel's provider chunks: ``TextChunk``,
-  ``ReasoningChunk`` (``reasoning_content`` / ``reasoning`` deltas, as DeepSeek
-  and vLLM send them), ``ToolCallChunk`` fragments keyed by index,
-  ``UsageChunk`` and a final ``FinishChunk``.
-* SDK failures become :class:`kernel.provider.ProviderError` with a stable code
+  ``ReasoningChunk`` (``reasoning_content`` / ``reasoning`` deltas, as DeepSeek and vLLM
+  send them), ``ToolCallChunk`` fragments keyed by index, ``UsageChunk`` (the last usage
+  the upstream reported) and a final ``FinishChunk``.
+* Failures become :class:`kernel.provider.ProviderError` with a stable code
   (``rate_limited`` with ``retry_after_s``, ``unauthorized``, ``not_found``,
-  ``invalid_request``, ``timeout``, ``provider_error``). A stream that ends
-  without a finish reason or sends a malformed chunk is a ``provider_error``,
-  never a silent success. The API key never appears in an error message.
+  ``invalid_request``, ``timeout``, ``provider_error``). A stream that ends without a
+  finish reason, sends a malformed or too deeply nested chunk, or reports an error
+  inside the stream is a ``provider_error``, never a silent success. The API key never
+  appears in an error message.
 """
 
 from __future__ import annotations
@@ -31,37 +40,35 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
+import anyio.lowlevel
+import httpx2
+import msgspec
 import openai
 
 from kernel import (
     Chunk,
     FinishChunk,
-    FinishReason,
     OpenAISettings,
     ProviderError,
     ProviderRequest,
-    ReasoningChunk,
     Settings,
-    TextChunk,
-    ToolCallChunk,
     ToolSpec,
-    UsageChunk,
     mask_secret,
 )
-from kernel.model import FilePart, ImagePart, Message, TextPart, Usage
+from kernel.model import FilePart, ImagePart, Message, TextPart
+
+from .openai_wire import SSEData, StreamReader, UpstreamError, answer_chunks, decode_completion
 
 __all__ = ["OpenAIProvider", "provider_factory", "to_openai_messages", "to_openai_tools"]
 
 # Placeholder key for local OpenAI-compatible servers (llama.cpp, Ollama, vLLM) that need none.
 _NO_KEY = "sk-no-key-required"
-_FINISH_REASONS: dict[str, FinishReason] = {
-    "stop": "stop",
-    "length": "length",
-    "tool_calls": "tool_calls",
-    "function_call": "tool_calls",
-    "content_filter": "content_filter",
-}
 _MAX_DETAIL_CHARS = 500
+#: After ``[DONE]``, the rest of the body is read for at most this long (connection reuse).
+_DRAIN_S = 0.1
+#: Reading a buffered burst yields to the event loop at least this often.
+_TURN_S = 0.00025
+_encode = msgspec.json.Encoder().encode
 
 
 # ---------------------------------------------------------------- request conversion
@@ -231,60 +238,123 @@ class OpenAIProvider:
     def __repr__(self) -> str:
         return f"OpenAIProvider(model={self._model!r}, base_url={self._where!r}, api_key={mask_secret(self._secret)!r})"
 
-    def build_request(self, request: ProviderRequest) -> dict[str, Any]:
-        """The keyword arguments for ``chat.completions.create`` (also handy for tests)."""
-        kwargs: dict[str, Any] = {
+    def request_body(self, request: ProviderRequest) -> dict[str, Any]:
+        """The chat-completions request body (also handy for tests)."""
+        body: dict[str, Any] = {
             "model": request.model or self._model,
             "messages": to_openai_messages(request.messages),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
         if request.tools:
-            kwargs["tools"] = to_openai_tools(request.tools)
+            body["tools"] = to_openai_tools(request.tools)
         if request.max_tokens is not None:
-            kwargs["max_tokens"] = request.max_tokens
+            body["max_tokens"] = request.max_tokens
         if request.temperature is not None:
-            kwargs["temperature"] = request.temperature
-        return kwargs
+            body["temperature"] = request.temperature
+        return body
 
     async def stream(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]:
-        kwargs = self.build_request(request)
         try:
-            upstream = await self._client.chat.completions.create(**kwargs)
+            response = await self._client.post(
+                "/chat/completions", cast_to=httpx2.Response, content=_encode(self.request_body(request)), stream=True
+            )
         except openai.OpenAIError as exc:
             raise self._error(exc) from exc
-        finish: FinishReason | None = None
-        async with upstream:
-            try:
-                iterator = upstream.__aiter__()
-                while True:
-                    try:
-                        chunk = await iterator.__anext__()
-                    except StopAsyncIteration:
+        assert isinstance(response, httpx2.Response)
+        # Raw bytes unless the body is compressed: httpx's decoding layer costs ~1.5 µs per event.
+        encoded = response.headers.get("content-encoding", "identity").lower() not in ("", "identity")
+        pieces = response.aiter_bytes() if encoded else response.aiter_raw()
+        reads = self._read(pieces)
+        try:
+            if response.headers.get("content-type", "").startswith("application/json"):
+                for chunk in self._answer(b"".join([piece async for piece in reads])):
+                    yield chunk
+                return
+            events = SSEData()
+            reader = StreamReader()
+            turn_ends = time.monotonic() + _TURN_S
+            async for piece in reads:
+                for data in self._split(events, piece):
+                    for chunk in self._take(reader, data):
+                        yield chunk
+                    if reader.done:
                         break
-                    except openai.OpenAIError as exc:
-                        raise self._error(exc, streaming=True) from exc
-                    except (ValueError, TypeError) as exc:  # json.JSONDecodeError is a ValueError
-                        raise self._malformed(exc) from exc
-                    try:
-                        out, reason = _translate(chunk)
-                    except (AttributeError, TypeError, ValueError) as exc:
-                        raise self._malformed(exc) from exc
-                    if reason is not None:
-                        finish = reason
-                    for item in out:
-                        yield item
-            finally:
-                # Close the response even when cancelled: a cancelled await inside
-                # ``__aexit__`` could otherwise leave the socket open until GC.
-                with anyio.CancelScope(shield=True):
-                    await upstream.close()
+                if time.monotonic() >= turn_ends:
+                    # A burst the upstream sent faster than we read is already buffered, and
+                    # reading it never waits: let the writers (the first token's, other
+                    # streams') have the loop now and then, instead of once per burst.
+                    await anyio.lowlevel.checkpoint()
+                    turn_ends = time.monotonic() + _TURN_S
+                if reader.done:
+                    await self._drain(pieces)
+                    break
+            if reader.finish is None:
+                raise self._unfinished(reader, response.headers.get("content-type", ""))
+            for chunk in reader.closing():
+                yield chunk
+            yield FinishChunk(reader.finish)
+        finally:
+            # Close the response even when cancelled: a cancelled await here could
+            # otherwise leave the socket open until GC.
+            with anyio.CancelScope(shield=True):
+                await reads.aclose()
+                await pieces.aclose()
+                await response.aclose()
+
+    async def _read(self, pieces: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, None]:
+        """The body's pieces as they arrive, transport failures as provider errors."""
+        while True:
+            try:
+                piece = await pieces.__anext__()
+            except StopAsyncIteration:
+                return
+            except httpx2.TimeoutException as exc:
+                raise self._timed_out() from exc
+            except httpx2.RequestError as exc:
+                raise self._connection_failed(exc, streaming=True) from exc
+            yield piece
+
+    async def _drain(self, pieces: AsyncGenerator[bytes, None]) -> None:
+        """Read what follows ``[DONE]`` (the body's end), so the connection can be reused."""
+        with anyio.move_on_after(_DRAIN_S):
+            try:
+                async for _ in pieces:
+                    pass
+            except httpx2.RequestError:
+                pass  # the answer is complete; a connection that breaks now is simply not reused
+
+    def _unfinished(self, reader: StreamReader, content_type: str) -> ProviderError:
+        if not reader.events:
+            what = f"no server-sent events (content type {content_type[:80]!r}): is {self._where} an OpenAI-compatible API?"
+            return ProviderError(f"the answer from {self._where} held {what}", code="provider_error")
+        return ProviderError(f"the stream from {self._where} ended before a finish reason (connection cut?)", code="provider_error")
+
+    def _split(self, events: SSEData, piece: bytes) -> list[bytes]:
+        try:
+            return events.feed(piece)
+        except ValueError as exc:
+            raise self._malformed(exc) from exc
+
+    def _take(self, reader: StreamReader, data: bytes) -> list[Chunk]:
+        try:
+            return reader.take(data)
+        except msgspec.DecodeError as exc:  # a msgspec.ValidationError is a DecodeError
+            raise self._malformed(exc) from exc
+        except UpstreamError as exc:
+            raise self._in_stream(exc) from exc
+
+    def _answer(self, body: bytes) -> list[Chunk]:
+        """An upstream that answered with one JSON completion: the same chunks a stream gives."""
+        try:
+            chunks, finish = answer_chunks(decode_completion(body))
+        except msgspec.DecodeError as exc:
+            raise self._malformed(exc) from exc
+        except UpstreamError as exc:
+            raise self._in_stream(exc) from exc
         if finish is None:
-            raise ProviderError(
-                f"the stream from {self._where} ended before a finish reason (connection cut?)",
-                code="provider_error",
-            )
-        yield FinishChunk(finish)
+            raise ProviderError(f"the answer from {self._where} has no finish reason", code="provider_error")
+        return [*chunks, FinishChunk(finish)]
 
     async def list_models(self) -> list[str]:
         """The upstream's models (``GET /models``); an upstream without that route offers none."""
@@ -310,17 +380,23 @@ class OpenAIProvider:
             code="provider_error",
         )
 
-    def _error(self, exc: openai.OpenAIError, *, streaming: bool = False) -> ProviderError:
+    def _in_stream(self, exc: UpstreamError) -> ProviderError:
+        return ProviderError(self._redact(f"error in the stream from {self._where}: {exc}"[:_MAX_DETAIL_CHARS]), code="provider_error")
+
+    def _timed_out(self) -> ProviderError:
+        return ProviderError(f"request to {self._where} timed out (timeout {self.settings.timeout_s:g} s)", code="timeout")
+
+    def _connection_failed(self, cause: BaseException | None, *, streaming: bool) -> ProviderError:
+        reason = f": {type(cause).__name__}: {cause}" if cause else ""
+        what = f"the stream from {self._where} broke off" if streaming else f"connection to {self._where} failed"
+        return ProviderError(self._redact(f"{what}{reason}"), code="provider_error")
+
+    def _error(self, exc: openai.OpenAIError) -> ProviderError:
         where = self._where
         if isinstance(exc, openai.APITimeoutError):
-            return ProviderError(
-                f"request to {where} timed out (timeout {self.settings.timeout_s:g} s)", code="timeout"
-            )
+            return self._timed_out()
         if isinstance(exc, openai.APIConnectionError):
-            cause = exc.__cause__ or exc.__context__
-            reason = f": {type(cause).__name__}: {cause}" if cause else ""
-            what = f"the stream from {where} broke off" if streaming else f"connection to {where} failed"
-            return ProviderError(self._redact(f"{what}{reason}"), code="provider_error")
+            return self._connection_failed(exc.__cause__ or exc.__context__, streaming=False)
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
             detail = self._redact(_upstream_detail(exc))
@@ -347,48 +423,7 @@ class OpenAIProvider:
                     f"{where} rejected the request (HTTP {status}){suffix}", code="invalid_request", status=status
                 )
             return ProviderError(f"upstream error from {where} (HTTP {status}){suffix}", code="provider_error", status=status)
-        if isinstance(exc, openai.APIError):  # an error event inside the stream
-            return ProviderError(self._redact(f"error in the stream from {where}: {exc.message}"), code="provider_error")
         return ProviderError(self._redact(f"openai client error: {exc}"), code="provider_error")
-
-
-def _translate(chunk: Any) -> tuple[list[Chunk], FinishReason | None]:
-    """One SDK ``ChatCompletionChunk`` → kernel chunks (finish reason returned apart)."""
-    out: list[Chunk] = []
-    finish: FinishReason | None = None
-    for choice in chunk.choices or ():
-        if (choice.index or 0) != 0:
-            continue  # n > 1 is never requested
-        delta = choice.delta
-        if delta is not None:
-            extra = delta.model_extra or {}
-            reasoning = extra.get("reasoning_content") or extra.get("reasoning")
-            if reasoning:
-                if not isinstance(reasoning, str):
-                    raise TypeError(f"reasoning delta is {type(reasoning).__name__}, not str")
-                out.append(ReasoningChunk(reasoning))
-            if delta.content:
-                if not isinstance(delta.content, str):
-                    raise TypeError(f"content delta is {type(delta.content).__name__}, not str")
-                out.append(TextChunk(delta.content))
-            for position, call in enumerate(delta.tool_calls or ()):
-                function = call.function
-                out.append(
-                    ToolCallChunk(
-                        index=call.index if call.index is not None else position,
-                        id=call.id or None,
-                        name=(function.name or None) if function is not None else None,
-                        arguments=(function.arguments or "") if function is not None else "",
-                    )
-                )
-        if choice.finish_reason:
-            finish = _FINISH_REASONS.get(choice.finish_reason, "stop")
-    usage = chunk.usage
-    if usage is not None:
-        out.append(
-            UsageChunk(Usage(input_tokens=int(usage.prompt_tokens or 0), output_tokens=int(usage.completion_tokens or 0)))
-        )
-    return out, finish
 
 
 def provider_factory(settings: Settings | OpenAISettings) -> OpenAIProvider:

@@ -32,6 +32,8 @@ class Settings:
 
     quick: bool = False
     backends: tuple[str, ...] = BACKENDS
+    #: Other proxies to measure side by side where a benchmark can (``--peer litellm``).
+    peers: tuple[str, ...] = ()
 
     def pick(self, full: Any, quick: Any) -> Any:
         return quick if self.quick else full
@@ -208,7 +210,12 @@ class Child:
 
     @property
     def port(self) -> int:
-        return int(self.ready)
+        return self.ports[0]
+
+    @property
+    def ports(self) -> list[int]:
+        """A gateway serving several transports reports one port each (``READY 8001,8002``)."""
+        return [int(port) for port in self.ready.split(",")]
 
     def rss_kib(self) -> int:
         return rss_kib(self.pid)

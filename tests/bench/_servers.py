@@ -2,7 +2,8 @@
 
     python -m tests.bench._servers bare     --backend trio
     python -m tests.bench._servers gateway  --backend asyncio --transport openfang --merge off --set coalesce_ms=0
-    python -m tests.bench._servers upstream --backend asyncio
+    python -m tests.bench._servers gateway  --transport openfang --transport agent-cli   # READY <port>,<port>
+    python -m tests.bench._servers upstream --backend asyncio [--words-per-s 500]
     python -m tests.bench._servers cli      --merge off -- serve --transport stdio ...
     python -m tests.bench._servers pipe     --lines FILE
 
@@ -18,7 +19,8 @@ lets the baseline and the gateway run under identical conditions.
   ``ping`` (answers ``pong``).
 * ``gateway``: the kernel with :class:`~tests.bench._provider.BenchProvider` and one
   transport, with the kernel's merging of waiting text deltas on or off.
-* ``upstream``: the fake OpenAI server (tests/fakes) in echo mode.
+* ``upstream``: the fake OpenAI server (tests/fakes) in echo mode, in one burst or
+  paced at ``--words-per-s``.
 * ``cli``: the real ``gateway`` command line with the bench provider registered as
   ``bench`` (select it with ``[provider] default = "bench"``), optionally merging off.
 * ``pipe``: the stdio baseline, a bare pipe writer (see :func:`run_pipe`).
@@ -226,7 +228,6 @@ async def serve_gateway(args: argparse.Namespace) -> None:
         disable_delta_merging()
     settings = Settings(session=SessionSettings(subscriber_buffer=args.buffer, event_retention=max(args.buffer, 4096)))
     settings.provider.default = "bench"
-    cls = _transport_class(args.transport)
     data: dict[str, Any] = {"port": 0, "max_connections_per_ip": 0, "rate_limit_per_minute": 0}
     for item in args.set:
         key, _, value = item.partition("=")
@@ -234,13 +235,14 @@ async def serve_gateway(args: argparse.Namespace) -> None:
             data[key] = json.loads(value)
         except ValueError:
             data[key] = value
-    config = load_config(cls, data)
+    classes = [_transport_class(name) for name in args.transport or ["agent-cli"]]
+    configs = [load_config(cls, data) for cls in classes]
     with contextlib.ExitStack() as stack:
         db = args.db or str(Path(stack.enter_context(tempfile.TemporaryDirectory())) / "bench.db")
         kernel = Kernel(settings, providers={"bench": lambda _s: BenchProvider()}, store=SQLiteStore(db))
         async with kernel, anyio.create_task_group() as tg:
-            url = await tg.start(cls().serve, kernel, config)
-            ready(str(url).rsplit(":", 1)[1])
+            urls = [await tg.start(cls().serve, kernel, config) for cls, config in zip(classes, configs)]
+            ready(",".join(str(url).rsplit(":", 1)[1] for url in urls))  # one port per --transport, in order
             await until_stdin_closes()
             tg.cancel_scope.cancel()
 
@@ -251,7 +253,7 @@ async def serve_gateway(args: argparse.Namespace) -> None:
 async def serve_upstream(args: argparse.Namespace) -> None:
     from tests.fakes.openai_server import echo, fake_openai_server
 
-    async with fake_openai_server([echo()]) as server:
+    async with fake_openai_server([echo(args.words_per_s)]) as server:
         ready(server.base_url)
         await until_stdin_closes()
 
@@ -300,11 +302,12 @@ def main() -> int:
     parser.add_argument("kind", choices=("bare", "gateway", "upstream", "cli", "pipe"))
     parser.add_argument("--lines", help="for pipe: the file of lines to write")
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
-    parser.add_argument("--transport", default="agent-cli")
+    parser.add_argument("--transport", action="append", help="for gateway: openfang or agent-cli (default), repeatable: one kernel, one port each")
     parser.add_argument("--merge", choices=("on", "off"), default="on")
     parser.add_argument("--db", help="for gateway: the SQLite store (default: a temporary directory)")
     parser.add_argument("--buffer", type=int, default=512, help="kernel subscriber buffer (events)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="transport config override")
+    parser.add_argument("--words-per-s", type=float, default=None, help="for upstream: pace the echo (default: one burst)")
     argv = sys.argv[1:]
     rest = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: len(argv) - len(rest) - (1 if rest or "--" in argv else 0)])

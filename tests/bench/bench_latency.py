@@ -57,28 +57,41 @@ def prompt(server: str, spec: dict[str, Any], session: str) -> str:
 
 
 async def one_stream(ws: ClientConnection, server: str, spec: dict[str, Any], start_at: float, delays: list[float]) -> int:
-    """Run one stream; returns the number of deltas it received."""
+    """Run one stream; returns the number of deltas it received (in order: checked)."""
     delta, final = delta_marker(server), final_marker(server)
     await asyncio.sleep(max(0.0, start_at - time.monotonic()))
     await ws.send(prompt(server, spec, str(uuid.uuid4())))
     received = 0
+    last = 0.0
     async with asyncio.timeout(spec["n"] / spec["rate"] + 60):
         while True:
             frame = await ws.recv(decode=False)
             now = time.monotonic()
             if delta in frame:
-                for stamp in STAMP.findall(frame):
-                    delays.append((now - float(stamp)) * 1000)
+                for stamp in map(float, STAMP.findall(frame)):
+                    if stamp < last:
+                        raise RuntimeError(f"{server}: a delta arrived out of order")
+                    last = stamp
+                    delays.append((now - stamp) * 1000)
                     received += 1
             elif final in frame:
                 return received
 
 
 async def measure(server: str, child: h.Child, streams: int, rate: float, seconds: float) -> dict[str, Any]:
-    port = child.port
+    """``streams`` sockets to one server (``bare`` or a gateway transport)."""
     kind = "bare" if server == "bare" else server.split(",")[0]
+    return await measure_sockets(server, child, [(kind, child.port, streams)], rate, seconds)
+
+
+async def measure_sockets(label: str, child: h.Child, groups: list[tuple[str, int, int]], rate: float, seconds: float) -> dict[str, Any]:
+    """Streams over ``groups`` of (dialect, port, count) sockets of one server process, started together."""
     spec = {"n": int(rate * seconds), "rate": rate, "stamp": True}
-    sockets = await open_many(kind, port, None, streams)
+    sockets: list[tuple[str, ClientConnection]] = []
+    for kind, port, count in groups:
+        sockets += [(kind, ws) for ws in await open_many(kind, port, None, count)]
+    streams = len(sockets)
+    order = [sockets[i] for i in _interleaved([count for _, _, count in groups])]
     try:
         # A short warm-up round first (a fresh server's first streams are slower), then the measured one.
         for round_spec in ({**spec, "n": max(4, int(rate / 4))}, spec):
@@ -86,17 +99,25 @@ async def measure(server: str, child: h.Child, streams: int, rate: float, second
             begin = time.monotonic() + 0.2
             cpu = child.cpu_s()
             counts = await asyncio.gather(*(
-                one_stream(ws, kind, round_spec, begin + i / (streams * rate), delays) for i, ws in enumerate(sockets)
+                one_stream(ws, kind, round_spec, begin + i / (streams * rate), delays) for i, (kind, ws) in enumerate(order)
             ))
             busy = (child.cpu_s() - cpu) / (time.monotonic() - begin)
+        rss_kib = child.rss_kib()
     finally:
-        await asyncio.gather(*(ws.close() for ws in sockets), return_exceptions=True)
+        await asyncio.gather(*(ws.close() for _, ws in sockets), return_exceptions=True)
     lost = sum(spec["n"] - c for c in counts)  # of the measured round
     if lost:
-        raise RuntimeError(f"latency ({server}): {lost} deltas did not arrive")
+        raise RuntimeError(f"latency ({label}): {lost} deltas did not arrive")
     delays.sort()
     return {"p50_ms": h.percentile(delays, 50), "p99_ms": h.percentile(delays, 99), "max_ms": delays[-1],
-            "deltas": len(delays), "server_cpu_share": round(busy, 3), "streams": streams, "rate_per_stream": rate, "seconds": seconds}
+            "deltas": len(delays), "server_cpu_share": round(busy, 3), "streams": streams, "rate_per_stream": rate, "seconds": seconds,
+            "rss_mib": round(rss_kib / 1024, 1)}
+
+
+def _interleaved(counts: list[int]) -> list[int]:
+    """Indexes into the concatenated groups, alternating between them (mixed start times)."""
+    starts = [sum(counts[:g]) for g in range(len(counts))]
+    return [starts[g] + i for i in range(max(counts, default=0)) for g in range(len(counts)) if i < counts[g]]
 
 
 async def run(settings: h.Settings) -> list[h.Result]:

@@ -25,15 +25,16 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from tests.bench import _harness as h
 
-#: name -> module, in the order they run (http last: it depends on the most moving parts).
+#: name -> module, in the order they run (openai-proxy last: it depends on the most moving parts).
 BENCHMARKS = {
     "ws-stream": "tests.bench.bench_ws_stream",
     "stdio": "tests.bench.bench_stdio",
     "memory": "tests.bench.bench_memory",
     "latency": "tests.bench.bench_latency",
+    "scale": "tests.bench.bench_scale",
     "long-answers": "tests.bench.bench_long_answers",
     "cluster": "tests.bench.bench_cluster",
-    "http": "tests.bench.bench_http",
+    "openai-proxy": "tests.bench.bench_openai_proxy",
 }
 
 
@@ -42,6 +43,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a ~1 minute smoke run (smaller counts, fewer repetitions)")
     parser.add_argument("--only", metavar="NAMES", help="comma-separated subset of: " + ", ".join(BENCHMARKS))
     parser.add_argument("--backend", action="append", choices=h.BACKENDS, help="server backend(s) to measure (default: both)")
+    parser.add_argument("--peer", action="append", choices=("litellm",), help="also measure this proxy where a benchmark can (openai-proxy; installed into the bench cache on first use)")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (for docs/performance.md)")
     parser.add_argument("--json", metavar="PATH", help="where to write the results (default tests/bench/results[-quick].json)")
     parser.add_argument("--render", metavar="PATH", help="print the Markdown table of an earlier results file and exit")
@@ -49,7 +51,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 async def run_all(args: argparse.Namespace) -> tuple[list[h.Result], list[str]]:
-    settings = h.Settings(quick=args.quick, backends=tuple(args.backend or h.BACKENDS))
+    settings = h.Settings(quick=args.quick, backends=tuple(args.backend or h.BACKENDS), peers=tuple(args.peer or ()))
     names = [n.strip() for n in args.only.split(",")] if args.only else list(BENCHMARKS)
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:

@@ -23,7 +23,8 @@ consumes the next one; the last one repeats (so ``[Reply.echo()]`` echoes foreve
   calls by index), ``finish_reason`` (default ``stop`` / ``tool_calls``), and a final
   usage chunk when the request asks for ``stream_options.include_usage``
   (``usage=(prompt, completion)``; by default counted in words), ``delay_s`` before
-  every event. Non-streaming requests get the same answer as one JSON completion.
+  every event (a schedule: event ``n`` is due ``n * delay_s`` after the first, however
+  long sending took). Non-streaming requests get the same answer as one JSON completion.
 * failures: ``Reply.error(status, message, retry_after=...)`` (an HTTP error with an
   OpenAI-style error body, e.g. 429 with ``Retry-After``, 500),
   ``Reply.cut(after=N)`` (the connection drops after N events, no terminating chunk,
@@ -34,14 +35,18 @@ consumes the next one; the last one repeats (so ``[Reply.echo()]`` echoes foreve
 * ``echo(words_per_s=None, repeat=1)`` (same as ``Reply.echo_reply(...)``): streams the
   last user message (``repeat`` times) back in word chunks, paced at ``words_per_s`` when
   given, for benchmarks and smoke tests.
+* ``Reply.raw(pieces, content_type=..., headers=...)``: a 200 answer whose body is exactly these bytes,
+  one write each, whatever the request asked for (line ends, odd events, an error event
+  inside the stream, a JSON answer to a streamed request).
 
 "Events" are the ``data:`` lines of the SSE body, counted from the first delta.
 
 What the server records
 -----------------------
 ``server.requests`` (JSON bodies of chat requests, in order), ``server.headers``
-(their headers, lower-cased), ``server.completed`` (responses sent to the end, error
-responses included; cut ones never),
+(their headers, lower-cased), ``server.client_ports`` (the client's port of each chat
+request: one port for two requests means the connection was reused),
+``server.completed`` (responses sent to the end, error responses included; cut ones never),
 ``server.disconnects`` (a :class:`Disconnect` each time a client went away before
 its response was complete: proof that a cancelled consumer closed the upstream
 response), ``server.connections_closed`` (their count) and
@@ -116,6 +121,9 @@ class Reply:
     echo: bool = False
     words_per_s: float | None = None
     repeat: int = 1
+    # A body sent as given.
+    raw_pieces: Sequence[bytes] | None = None
+    content_type: str = "text/event-stream; charset=utf-8"
 
     # ------------------------------------------------------------ constructors
 
@@ -145,6 +153,11 @@ class Reply:
     def malformed(cls, after: int = 1, *, text: str = "Hello there", chunks: int = 3) -> Reply:
         """Send a ``data:`` line that is not JSON after ``after`` events."""
         return cls(text=text, chunks=chunks, malformed_after=after)
+
+    @classmethod
+    def raw(cls, pieces: Sequence[bytes], *, content_type: str = "text/event-stream; charset=utf-8", headers: dict[str, str] | None = None) -> Reply:
+        """Answer 200 with exactly these bytes as the body, one write per piece."""
+        return cls(raw_pieces=list(pieces), content_type=content_type, headers=dict(headers or {}))
 
     @classmethod
     def echo_reply(cls, words_per_s: float | None = None, *, repeat: int = 1) -> Reply:
@@ -270,6 +283,7 @@ class FakeOpenAIServer:
         self.models = list(models)
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.client_ports: list[int] = []
         self.disconnects: list[Disconnect] = []
         self.completed = 0
         self.port = 0
@@ -351,6 +365,7 @@ class FakeOpenAIServer:
             return
         self.requests.append(body)
         self.headers.append(headers)
+        self.client_ports.append(int((scope.get("client") or ("", 0))[1]))
         index = len(self.requests) - 1
         reply = self.next_reply()
         await self._respond(index, reply, body, receive, send)
@@ -384,6 +399,16 @@ class FakeOpenAIServer:
             progress["done"] = True
             self.completed += 1
             await _send_json(send, reply.status, _error_body(reply.status, reply.error_message), reply.headers)
+            return
+        if reply.raw_pieces is not None:
+            raw_headers = [(b"content-type", reply.content_type.encode("latin-1"))]
+            raw_headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items()]
+            await send({"type": "http.response.start", "status": 200, "headers": raw_headers})
+            for piece in reply.raw_pieces:
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+            progress["done"] = True
+            self.completed += 1
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
         plan = _plan(reply, body)
         model = str(body.get("model", "fake-model"))
@@ -432,6 +457,7 @@ class FakeOpenAIServer:
         if (body.get("stream_options") or {}).get("include_usage"):
             events.append(chunk(None, usage=plan.usage))
         events.append(b"data: [DONE]\n\n")
+        due = anyio.current_time()  # the pacing is a schedule: time spent sending does not add up
         for n, event in enumerate(events):
             if reply.stall_s and reply.stall_after == n:
                 await anyio.sleep(reply.stall_s)
@@ -446,7 +472,8 @@ class FakeOpenAIServer:
                 # connection without the terminating chunk.
                 return
             if plan.delay_s:
-                await anyio.sleep(plan.delay_s)
+                due += plan.delay_s
+                await anyio.sleep(max(0.0, due - anyio.current_time()))
             await send({"type": "http.response.body", "body": event, "more_body": True})
             progress["events"] = n + 1
         progress["done"] = True

@@ -5,12 +5,15 @@ from __future__ import annotations
 import base64
 import contextlib
 import email.utils
+import gzip
+import itertools
 import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 import anyio
+import anyio.lowlevel
 import httpx
 import pytest
 
@@ -28,6 +31,7 @@ from kernel.provider import (
     UsageChunk,
 )
 from kernel.settings import OpenAISettings, Settings
+from plugins.providers import openai as openai_provider
 from plugins.providers.openai import OpenAIProvider, parse_retry_after, provider_factory
 from tests.fakes.openai_server import (
     FakeOpenAIServer,
@@ -142,6 +146,141 @@ async def test_echo_mode() -> None:
     assert chunks[-2:] == [UsageChunk(Usage(input_tokens=3, output_tokens=3)), FinishChunk("stop")]
     assert again == chunks
     assert len(server.requests) == 2
+
+
+def sse(*payloads: object, line_end: bytes = b"\n") -> bytes:
+    """Server-sent events of these JSON payloads (bytes as they are), OpenAI style."""
+    out = b""
+    for payload in payloads:
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        out += b"data: " + data + line_end + line_end
+    return out
+
+
+def delta(content: str | None = None, finish: str | None = None, **fields: object) -> dict[str, object]:
+    body: dict[str, object] = {} if content is None else {"content": content}
+    body.update(fields)
+    return {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": body, "finish_reason": finish}]}
+
+
+@pytest.mark.anyio
+async def test_events_split_across_writes_with_crlf_and_comments() -> None:
+    body = b": keep-alive\r\n\r\n" + sse(delta("Hel"), delta("lo"), delta(None, "stop"), {"choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 1}}, b"[DONE]", line_end=b"\r\n")
+    pieces = [body[i : i + 7] for i in range(0, len(body), 7)]  # every event cut across writes
+    async with fake_openai_server([Reply.raw(pieces)]) as server:
+        async with provider_for(server) as provider:
+            chunks = await collect(provider)
+    assert chunks == [TextChunk("Hel"), TextChunk("lo"), UsageChunk(Usage(input_tokens=2, output_tokens=1)), FinishChunk("stop")]
+
+
+@pytest.mark.anyio
+async def test_compressed_stream() -> None:
+    body = gzip.compress(sse(delta("zipped "), delta("text"), delta(None, "stop"), b"[DONE]"))
+    pieces = [body[: len(body) // 2], body[len(body) // 2 :]]
+    async with fake_openai_server([Reply.raw(pieces, headers={"content-encoding": "gzip"})]) as server:
+        async with provider_for(server) as provider:
+            chunks = await collect(provider)
+    assert chunks == [TextChunk("zipped "), TextChunk("text"), FinishChunk("stop")]
+
+
+@pytest.mark.anyio
+async def test_reading_a_buffered_burst_lets_other_tasks_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A burst already in the socket buffer never makes the reader wait; the provider yields
+    # to the event loop once its turn is over (here: a turn of zero, after every event), so
+    # the writer of the first token, and every other stream, get the loop in between.
+    monkeypatch.setattr(openai_provider, "_TURN_S", 0.0)
+    ticks = 0
+    ticks_at_chunk: list[int] = []
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await anyio.lowlevel.checkpoint()
+            ticks += 1
+
+    async with fake_openai_server([Reply(text="z" * 300, chunks=300)]) as server:
+        async with provider_for(server) as provider, anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            with anyio.fail_after(10):
+                async with aclosing(provider.stream(HELLO)) as chunks:  # type: ignore[type-var]
+                    async for chunk in chunks:
+                        if isinstance(chunk, TextChunk):
+                            ticks_at_chunk.append(ticks)
+            tg.cancel_scope.cancel()
+    assert len(ticks_at_chunk) == 300
+    assert all(later > earlier for earlier, later in itertools.pairwise(ticks_at_chunk))
+
+
+@pytest.mark.anyio
+async def test_usage_reported_twice_counts_once() -> None:
+    running = {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 1}}
+    final = {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2}}
+    body = sse(delta("a", usage=None), running, delta("b"), delta(None, "length"), final, b"[DONE]")
+    async with fake_openai_server([Reply.raw([body])]) as server:
+        async with provider_for(server) as provider:
+            chunks = await collect(provider)
+    assert chunks == [TextChunk("a"), TextChunk("b"), UsageChunk(Usage(input_tokens=4, output_tokens=2)), FinishChunk("length")]
+
+
+@pytest.mark.anyio
+async def test_error_event_inside_the_stream() -> None:
+    error = {"error": {"message": f"the model is overloaded (key {KEY})", "type": "server_error"}}
+    async with fake_openai_server([Reply.raw([sse(delta("partial "), error)])]) as server:
+        async with provider_for(server) as provider:
+            error_seen = await fails(provider)  # the key is masked even here
+    assert error_seen.code == "provider_error"
+    assert "error in the stream" in error_seen.message and "overloaded" in error_seen.message
+
+
+@pytest.mark.anyio
+async def test_deeply_nested_chunk_is_malformed_and_the_provider_lives_on() -> None:
+    nested = b'{"choices": [{"index": 0, "delta": {"content": "x", "junk": ' + b"[" * 200_000 + b"]" * 200_000 + b"}}]}"
+    async with fake_openai_server([Reply.raw([sse(delta("ok "), nested)]), Reply(text="fine", chunks=1, usage=(1, 1))]) as server:
+        async with provider_for(server) as provider:
+            error = await fails(provider)
+            assert error.code == "provider_error" and "malformed" in error.message and "nested too deeply" in error.message
+            assert await collect(provider) == [TextChunk("fine"), UsageChunk(Usage(input_tokens=1, output_tokens=1)), FinishChunk("stop")]
+
+
+@pytest.mark.anyio
+async def test_an_answer_that_is_no_event_stream() -> None:
+    page = b"<html><body>Welcome to nginx!</body></html>"
+    async with fake_openai_server([Reply.raw([page], content_type="text/html")]) as server:
+        async with provider_for(server) as provider:
+            error = await fails(provider)
+    assert error.code == "provider_error"
+    assert "no server-sent events" in error.message and "text/html" in error.message
+
+
+@pytest.mark.anyio
+async def test_json_answer_to_a_stream_request() -> None:
+    completion = {
+        "id": "c", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": "Checking.", "reasoning": "Time is asked.",
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "clock", "arguments": "{}"}}]}}],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
+    }
+    async with fake_openai_server([Reply.raw([json.dumps(completion).encode()], content_type="application/json")]) as server:
+        async with provider_for(server) as provider:
+            chunks = await collect(provider)
+    assert chunks == [
+        ReasoningChunk("Time is asked."),
+        TextChunk("Checking."),
+        ToolCallChunk(index=0, id="call_1", name="clock", arguments="{}"),
+        UsageChunk(Usage(input_tokens=7, output_tokens=3)),
+        FinishChunk("tool_calls"),
+    ]
+
+
+@pytest.mark.anyio
+async def test_connection_is_reused_after_done() -> None:
+    async with fake_openai_server([Reply(text="one two", chunks=2, usage=(1, 2))]) as server:
+        async with provider_for(server) as provider:
+            for _ in range(3):
+                await collect(provider)
+    assert len(server.client_ports) == 3 and len(set(server.client_ports)) == 1  # one connection, drained each time
+    assert server.disconnects == []
 
 
 # ---------------------------------------------------------------- the request

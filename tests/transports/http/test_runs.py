@@ -73,6 +73,19 @@ async def test_non_streamed_chat_client_disconnect_interrupts() -> None:
         assert anyio.current_time() - started < 2.5  # far sooner than the 3 s the run needs
 
 
+async def test_streamed_chat_client_disconnect_before_output_interrupts() -> None:
+    provider = ScriptedProvider([text_turn("never", "seen")], delay_s=60)
+    async with running_kernel(provider) as kernel, http_server(kernel) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=0.3) as http:
+            body = {"model": "default", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+            with pytest.raises(httpx.ReadTimeout):  # no output, so no headers yet
+                await http.post("/v1/chat/completions", json=body)
+        with anyio.fail_after(5):  # the run alone would take two minutes
+            while kernel.sessions:
+                await anyio.sleep(0.01)
+        assert provider.closed_streams == 1 and provider.requests
+
+
 async def test_follower_resubscribes_after_lag_without_loss() -> None:
     settings = Settings(session=SessionSettings(subscriber_buffer=2, lag_grace_s=0.0))
     pieces = [f"{i}," for i in range(40)]

@@ -124,12 +124,21 @@ class OpenAIApi:
         return json_response(200, body)
 
     async def _stream(self, request: Request, run: RunFollower, plan: ChatPlan, completion_id: str) -> Response | None:
-        pending, why = await read_run(request, run, timeout_s=self.run_timeout_s, until=lambda event: isinstance(event, codec.OUTPUT))
-        if why is not None:
-            return await self._unanswered(run, why)
-        early = codec.failed_before_output(run.end, pending)
-        if early is not None:
-            return _error(early)
+        # The wait for the first output watches the client from this task group, so that the
+        # first chunk is written in the same scheduling round as it arrives (see read_run).
+        async with anyio.create_task_group() as tasks:
+            pending, why = await read_run(
+                request, run, timeout_s=self.run_timeout_s, until=lambda event: isinstance(event, codec.OUTPUT), tasks=tasks
+            )
+            if why is not None:
+                return await self._unanswered(run, why)
+            early = codec.failed_before_output(run.end, pending)
+            if early is not None:
+                return _error(early)
+            await self._write_stream(request, run, plan, completion_id, pending)
+        return None
+
+    async def _write_stream(self, request: Request, run: RunFollower, plan: ChatPlan, completion_id: str, pending: list[m.Event]) -> None:
         encoder = codec.ChunkEncoder(
             completion_id=completion_id, created=int(time.time()), model=plan.response_model, include_usage=plan.include_usage
         )
@@ -147,4 +156,3 @@ class OpenAIApi:
                     break
                 payloads = []
                 batch = await run.next_batch()
-        return None

@@ -1,0 +1,220 @@
+"""Diagnostic: where the first token of a proxied stream spends its time in the gateway.
+
+    python -m tests.bench.diag_proxy [--backend asyncio|trio] [--requests 120]
+
+Runs the fake upstream (one burst of 200 chunks) and the real ``gateway`` CLI as an
+OpenAI proxy in front of it, the gateway with probes on its first-token path, and sends
+``--requests`` streamed requests through it with the ``openai`` SDK (and as many directly
+to the upstream, alternating). Prints the client's median time to first token both ways,
+then the median time of each step after the OpenAI route is entered:
+
+  provider called        the ephemeral session opened, the run started, the request built
+  upstream headers       ``client.post`` returned (the SDK and httpx2 sent the request,
+                         the upstream answered with its headers)
+  first text chunk       the provider decoded the first content event
+  first delta published  the kernel published it (the writer is woken)
+  read_run returned      the route has the first batch
+  headers sent           the SSE response started (``http.response.start``)
+  first frame written    the first chunk handed to hypercorn, and back
+  last delta published   the end of the burst
+
+The probes wrap functions of the gateway (including the private ``kernel.hub``) in the
+child process only; the figures are for diagnosis, not for the results table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import re
+import signal
+import statistics
+import sys
+import time
+from typing import Any
+
+from . import _harness as h
+
+PROMPT = " ".join(f"{i:07d}" for i in range(200))
+STEPS = [
+    ("provider", "provider called"),
+    ("headers", "upstream headers"),
+    ("chunk", "first text chunk"),
+    ("published", "first delta published"),
+    ("read_run", "read_run returned"),
+    ("sse", "headers sent"),
+    ("write", "first frame write starts"),
+    ("written", "first frame written"),
+    ("last", "last delta published"),
+]
+
+
+def probe_gateway(argv: list[str]) -> int:
+    """The gateway CLI with probes; prints one ``TIMELINE`` line of medians at exit."""
+    import openai
+
+    import kernel.hub as hub
+    import plugins.providers.openai as provider_module
+    import transports.http.openai.routes as routes
+    import transports.shared._sse as sse
+    from gateway.cli import main
+    from kernel import model as m
+
+    marks: dict[str, float] = {}
+    requests: list[dict[str, float]] = []
+    now = time.perf_counter
+
+    def wrap_async(owner: Any, name: str, before: str | None = None, after: str | None = None) -> None:
+        original = getattr(owner, name)
+
+        async def probed(*args: Any, **kwargs: Any) -> Any:
+            if before is not None:
+                marks.setdefault(before, now())
+            result = await original(*args, **kwargs)
+            if after is not None:
+                marks.setdefault(after, now())
+            return result
+
+        setattr(owner, name, probed)
+
+    chat = routes.OpenAIApi.chat_completions
+
+    async def chat_completions(self: Any, request: Any) -> Any:
+        marks.clear()
+        marks["route"] = now()
+        try:
+            return await chat(self, request)
+        finally:
+            requests.append(dict(marks))
+
+    routes.OpenAIApi.chat_completions = chat_completions  # type: ignore[method-assign]
+    stream = provider_module.OpenAIProvider.stream
+
+    async def probed_stream(self: Any, request: Any) -> Any:
+        marks.setdefault("provider", now())
+        async for chunk in stream(self, request):
+            if type(chunk).__name__ == "TextChunk":
+                marks.setdefault("chunk", now())
+            yield chunk
+
+    provider_module.OpenAIProvider.stream = probed_stream  # type: ignore[method-assign]
+    wrap_async(openai.AsyncOpenAI, "post", after="headers")
+    publish = hub.EventHub.publish
+
+    def probed_publish(self: Any, event: Any) -> Any:
+        if isinstance(event, m.TextDelta):
+            marks.setdefault("published", now())
+            marks["last"] = now()
+        return publish(self, event)
+
+    hub.EventHub.publish = probed_publish  # type: ignore[method-assign]
+    read_run = routes.read_run
+
+    async def probed_read_run(*args: Any, **kwargs: Any) -> Any:
+        result = await read_run(*args, **kwargs)
+        if kwargs.get("until") is not None:
+            marks.setdefault("read_run", now())
+        return result
+
+    routes.read_run = probed_read_run
+    stream_init = sse.SSEStream.__init__
+
+    def probed_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        marks.setdefault("sse", now())
+        stream_init(self, *args, **kwargs)
+
+    sse.SSEStream.__init__ = probed_init  # type: ignore[method-assign]
+    write_frames = routes.write_frames
+
+    async def probed_write(*args: Any, **kwargs: Any) -> Any:
+        first = "write" not in marks
+        marks.setdefault("write", now())
+        result = await write_frames(*args, **kwargs)
+        if first:
+            marks["written"] = now()
+        return result
+
+    routes.write_frames = probed_write
+
+    def report() -> None:
+        measured = requests[10:]
+        cells = []
+        for key, _ in STEPS:
+            values = [(r[key] - r["route"]) * 1000 for r in measured if key in r]
+            cells.append(f"{key}={statistics.median(values):.3f}" if values else f"{key}=nan")
+        sys.stderr.write("TIMELINE " + " ".join(cells) + "\n")
+        sys.stderr.flush()
+
+    atexit.register(report)
+    return main(argv)
+
+
+async def measure(backend: str, requests: int) -> None:
+    import openai
+
+    from .bench_openai_proxy import API_KEY, GATEWAY_CONFIG
+
+    config = h.scratch_dir() / "diag-proxy.toml"
+    config.write_text(GATEWAY_CONFIG.format(provider="openai"))
+    async with h.child("upstream", "--backend", "asyncio") as upstream:
+        env = h.child_env(OPENAI_API_KEY=API_KEY, OPENAI_BASE_URL=upstream.ready, GATEWAY_DB=str(h.scratch_dir() / "diag-proxy.db"))
+        log = h.open_stderr_file()
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tests.bench.diag_proxy", "--probe", "--", "serve", "--transport", "http", "--backend", backend,
+            "--port", "0", "--config", str(config), stdin=asyncio.subprocess.DEVNULL, stderr=log, env=env, cwd=str(h.ROOT),
+        )
+        log.close()
+        try:
+            found = None
+            for _ in range(600):
+                found = re.search(r"transport http ready on (http://\S+)", open(log.name).read())
+                if found or process.returncode is not None:
+                    break
+                await asyncio.sleep(0.05)
+            if found is None:
+                raise SystemExit(f"the gateway did not start:\n{open(log.name).read()[-3000:]}")
+            clients = {
+                "direct": (openai.AsyncOpenAI(base_url=upstream.ready, api_key=API_KEY, max_retries=0), "fake-model"),
+                "gateway": (openai.AsyncOpenAI(base_url=found.group(1) + "/v1", api_key=API_KEY, max_retries=0), "proxy"),
+            }
+            ttft: dict[str, list[float]] = {name: [] for name in clients}
+            for index in range(requests + 10):
+                for name, (client, model) in clients.items():
+                    watch = h.Stopwatch()
+                    first = None
+                    stream = await client.chat.completions.create(model=model, messages=[{"role": "user", "content": PROMPT}], stream=True)
+                    async with stream:
+                        async for chunk in stream:
+                            if first is None and chunk.choices and chunk.choices[0].delta.content:
+                                first = watch.elapsed * 1000
+                    if index >= 10 and first is not None:
+                        ttft[name].append(first)
+            for client, _ in clients.values():
+                await client.close()
+        finally:
+            process.send_signal(signal.SIGTERM)
+            await process.wait()
+        timeline = next((line for line in open(log.name).read().splitlines() if line.startswith("TIMELINE ")), "")
+    direct, via = statistics.median(ttft["direct"]), statistics.median(ttft["gateway"])
+    print(f"{backend}: time to first token, client side: direct {direct:.2f} ms, through the gateway {via:.2f} ms ({via - direct:+.2f} ms)")
+    values = dict(cell.split("=") for cell in timeline.split()[1:])
+    print("  after the OpenAI route is entered (gateway process, medians):")
+    for key, label in STEPS:
+        print(f"    {label:<26} {float(values.get(key, 'nan')):7.3f} ms")
+
+
+def main() -> int:
+    if "--probe" in sys.argv:
+        return probe_gateway(sys.argv[sys.argv.index("--") + 1 :])
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.diag_proxy")
+    parser.add_argument("--backend", choices=h.BACKENDS, action="append", help="the gateway's backend (default: both)")
+    parser.add_argument("--requests", type=int, default=120)
+    args = parser.parse_args()
+    for backend in args.backend or h.BACKENDS:
+        asyncio.run(measure(backend, args.requests))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
