@@ -221,6 +221,10 @@ class PromptOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     model: str | None = None
     temperature: float | None = None
     client_tools: tuple[ClientTool, ...] = ()
+    # False: the client takes the whole answer at once (a non-stream OpenAI request), so the
+    # provider may ask its upstream for one answer instead of a stream; the text then
+    # arrives as one delta.
+    stream: bool = True
     # None: every question is asked (the kernel's default, as if ``ApprovalPolicy()``).
     approval: ApprovalPolicy | None = None
 

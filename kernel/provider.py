@@ -29,6 +29,8 @@ class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
     tools: tuple[ToolSpec, ...] = ()
     max_tokens: int | None = None
     temperature: float | None = None
+    #: False: nobody needs the answer piece by piece; a provider may fetch it whole.
+    stream: bool = True
 
 
 class TextChunk(msgspec.Struct, frozen=True):

@@ -197,6 +197,7 @@ async def _loop(session: Session, run: ActiveRun, state: RunState, ids: Ids) -> 
             tools=tools.specs() if tools is not None else (),
             max_tokens=options.max_tokens,
             temperature=options.temperature,
+            stream=options.stream,
         )
         calls, finish = await _stream(session, provider, request, state, ids)
         text = state.take_partial()

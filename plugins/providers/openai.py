@@ -8,10 +8,12 @@ Works against OpenAI, DeepSeek, vLLM, llama.cpp, Ollama and friends through
   ``client.post(..., cast_to=httpx2.Response, stream=True)`` with a body msgspec
   encoded, and the answer comes back raw: the SDK's own stream builds a pydantic model
   per chunk, which cost most of the gateway's CPU per token (issue 17).
-* Always streams, with ``stream_options.include_usage`` so the last chunk carries token
-  counts. Each server-sent event is decoded with msgspec into Structs holding only what
-  the kernel uses (``openai_wire``); an upstream that answers with one JSON completion
-  instead (some ignore ``stream``) is read the same way.
+* Streams, with ``stream_options.include_usage`` so the last chunk carries token
+  counts — unless nobody needs the answer piece by piece (``ProviderRequest.stream``
+  false: a non-stream OpenAI client request), when one JSON completion is asked for.
+  Each server-sent event is decoded with msgspec into Structs holding only what the
+  kernel uses (``openai_wire``); a JSON completion is read the same way, also when an
+  upstream sends one to a streamed request (some ignore ``stream``).
 * The response is closed in a shielded ``finally``: when the consumer is cancelled (an
   interrupt) or closes the generator, the upstream HTTP response is closed at once
   instead of generating until garbage collection. After ``[DONE]`` the rest of the body
@@ -240,12 +242,10 @@ class OpenAIProvider:
 
     def request_body(self, request: ProviderRequest) -> dict[str, Any]:
         """The chat-completions request body (also handy for tests)."""
-        body: dict[str, Any] = {
-            "model": request.model or self._model,
-            "messages": to_openai_messages(request.messages),
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        body: dict[str, Any] = {"model": request.model or self._model, "messages": to_openai_messages(request.messages)}
+        if request.stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
         if request.tools:
             body["tools"] = to_openai_tools(request.tools)
         if request.max_tokens is not None:

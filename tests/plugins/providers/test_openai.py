@@ -15,6 +15,7 @@ from contextlib import aclosing
 import anyio
 import anyio.lowlevel
 import httpx
+import msgspec
 import pytest
 
 from kernel.model import FilePart, ImagePart, Message, TextPart, ToolCall, Usage
@@ -533,3 +534,18 @@ async def test_list_models_asks_the_upstream() -> None:
     async with fake_openai_server(models=("alpha", "beta")) as server:
         async with provider_for(server) as provider:
             assert await provider.list_models() == ["alpha", "beta"]
+
+
+@pytest.mark.anyio
+async def test_a_request_nobody_streams_asks_the_upstream_for_one_answer() -> None:
+    calls = [ToolCallScript("clock", '{"tz": "UTC"}', id="call_w")]
+    script = [Reply(text="Whole answer", chunks=5, reasoning="Hm.", usage=(4, 2)), Reply(text="", tool_calls=calls)]
+    whole = msgspec.structs.replace(HELLO, stream=False)
+    async with fake_openai_server(script) as server:
+        async with provider_for(server) as provider:
+            text = await collect(provider, whole)
+            tool = await collect(provider, whole)
+    assert all("stream" not in body and "stream_options" not in body for body in server.requests)
+    assert text == [ReasoningChunk("Hm."), TextChunk("Whole answer"), UsageChunk(Usage(input_tokens=4, output_tokens=2)), FinishChunk("stop")]
+    assert tool[0] == ToolCallChunk(index=0, id="call_w", name="clock", arguments='{"tz": "UTC"}')
+    assert tool[-1] == FinishChunk("tool_calls")

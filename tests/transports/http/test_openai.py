@@ -92,6 +92,7 @@ async def test_non_streaming_completion_maps_messages() -> None:
         ]
         assert request.max_tokens == 50 and request.temperature == 0.5
         assert request.model == "scripted-1"  # an agent name selects the agent, not a model
+        assert request.stream is False  # nobody needs it piece by piece: the provider may fetch it whole
         assert await no_sessions_left(kernel)
 
 
@@ -112,6 +113,7 @@ async def test_streaming_with_usage_chunk() -> None:
         assert chunks[-1].choices == [] and chunks[-1].usage is not None
         assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (4, 3)
         assert all(c.usage is None for c in chunks[:-1])
+        assert provider.requests[-1].stream is True
         # Without include_usage there is no usage chunk.
         stream = await sdk.chat.completions.create(model=AGENT, messages=[{"role": "user", "content": "hi"}], stream=True)
         plain = [chunk async for chunk in stream]

@@ -100,6 +100,7 @@ async def test_create_maps_the_request_and_stores_the_response() -> None:
             ("user", "second question"),
         ]
         assert provider.requests[-1].max_tokens == 50 and provider.requests[-1].temperature == 0.5
+        assert provider.requests[-1].stream is False  # a non-stream response: the provider may fetch it whole
         # Stored (the default): GET answers it, and its conversation is a kernel session.
         assert response.conversation is not None
         stored = await sdk.responses.retrieve(response.id)
@@ -121,6 +122,7 @@ async def test_streamed_events_rise_and_carry_reasoning_and_text() -> None:
         events = [event async for event in stream]
         assert [event.sequence_number for event in events] == list(range(len(events)))
         kinds = [event.type for event in events]
+        assert provider.requests[-1].stream is True
         assert kinds[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
         assert kinds[-1] == "response.completed"
         summary = "".join(e.delta for e in events if e.type == "response.reasoning_summary_text.delta")

@@ -220,6 +220,7 @@ def plan_chat(request: ChatRequest, agents: Sequence[m.AgentInfo], *, context_li
         model=model_override,
         max_context_messages=max(context_limit, len(history) + 1),
         client_tools=tools,
+        stream=bool(request.stream),
     )
     return ChatPlan(
         agent_id=agent.id,

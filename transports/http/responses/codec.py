@@ -124,6 +124,7 @@ def plan_response(
         max_context_messages=max(context_limit, len(history) + 1),
         use_tools=offer_tools,
         client_tools=tuple(m.ClientTool(name=t.name, description=t.description or "", parameters=t.parameters) for t in tools) if offer_tools else (),
+        stream=bool(request.stream),
     )
     conversation = request.conversation.id if isinstance(request.conversation, w.ConversationRef) else request.conversation
     store = request.store is not False
