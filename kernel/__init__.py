@@ -62,6 +62,9 @@ _EXPORTS: dict[str, str] = {
     "ToolContext": ".tools",
     "ToolFailure": ".tools",
     "WorkspaceFiles": ".files",
+    "JsonDecoder": ".jsonwire",
+    "TOO_DEEP": ".jsonwire",
+    "decode_json": ".jsonwire",
 }
 
 __getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
@@ -74,6 +77,9 @@ if TYPE_CHECKING:
     from .follow import Follower as Follower
     from .follow import RunFollower as RunFollower
     from .hub import Subscription as Subscription
+    from .jsonwire import TOO_DEEP as TOO_DEEP
+    from .jsonwire import JsonDecoder as JsonDecoder
+    from .jsonwire import decode_json as decode_json
     from .kernel import Kernel as Kernel
     from .kernel import ProviderFactory as ProviderFactory
     from .kernel import gateway_version as gateway_version

@@ -10,7 +10,7 @@ Pure (stdlib, msgspec, the kernel's chunk types): the provider does the I/O.
   others do), tool-call fragments by index, the finish reason, usage — and an in-stream
   ``error``; everything else in a chunk is skipped without being built. A non-stream
   answer (``chat.completion``) is decoded the same way.
-* Every decode is guarded (:class:`transports.shared.jsonwire.JsonDecoder`): malformed or
+* Every decode is guarded (:class:`kernel.JsonDecoder`): malformed or
   deeply nested input is a :class:`msgspec.DecodeError`, never a crash.
 """
 
@@ -20,9 +20,8 @@ from typing import Any
 
 import msgspec
 
-from kernel import Chunk, FinishReason, ReasoningChunk, TextChunk, ToolCallChunk, UsageChunk
+from kernel import Chunk, FinishReason, JsonDecoder, ReasoningChunk, TextChunk, ToolCallChunk, UsageChunk
 from kernel.model import Usage
-from transports.shared.jsonwire import JsonDecoder
 
 __all__ = [
     "MAX_EVENT_BYTES",

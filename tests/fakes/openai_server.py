@@ -24,7 +24,8 @@ consumes the next one; the last one repeats (so ``[Reply.echo()]`` echoes foreve
   usage chunk when the request asks for ``stream_options.include_usage``
   (``usage=(prompt, completion)``; by default counted in words), ``delay_s`` before
   every event (a schedule: event ``n`` is due ``n * delay_s`` after the first, however
-  long sending took). Non-streaming requests get the same answer as one JSON completion.
+  long sending took). Non-streaming requests get the same answer as one JSON completion;
+  the faults below that act after N events break it part-way through its body instead.
 * failures: ``Reply.error(status, message, retry_after=...)`` (an HTTP error with an
   OpenAI-style error body, e.g. 429 with ``Retry-After``, 500),
   ``Reply.cut(after=N)`` (the connection drops after N events, no terminating chunk,
@@ -416,26 +417,25 @@ class FakeOpenAIServer:
         completion_id = f"chatcmpl-fake-{self._counter}"
         created = int(time.time())
         if not body.get("stream"):
-            progress["done"] = True
-            self.completed += 1
             message: dict[str, Any] = {"role": "assistant", "content": plan.text or None}
             if plan.reasoning:
                 message[reply.reasoning_field] = plan.reasoning
             if plan.tool_calls:
                 message["tool_calls"] = plan.tool_calls
-            await _send_json(
-                send,
-                200,
-                {
-                    "id": completion_id,
-                    "object": "chat.completion",
-                    "created": created,
-                    "model": model,
-                    "choices": [{"index": 0, "message": message, "finish_reason": plan.finish_reason, "logprobs": None}],
-                    "usage": plan.usage,
-                },
-                reply.headers,
-            )
+            completion = {
+                "id": completion_id,
+                "object": "chat.completion",
+                "created": created,
+                "model": model,
+                "choices": [{"index": 0, "message": message, "finish_reason": plan.finish_reason, "logprobs": None}],
+                "usage": plan.usage,
+            }
+            if reply.cut_after is None and reply.stall_after is None and reply.malformed_after is None:
+                progress["done"] = True
+                self.completed += 1
+                await _send_json(send, 200, completion, reply.headers)
+                return
+            await self._broken_completion(reply, _encode(completion), send, progress)
             return
         headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
         headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items()]
@@ -479,6 +479,22 @@ class FakeOpenAIServer:
         progress["done"] = True
         self.completed += 1
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _broken_completion(self, reply: Reply, data: bytes, send: Any, progress: dict[str, Any]) -> None:
+        """A JSON answer that fails part-way, as the stream faults fail a stream: half of it is
+        sent, then the connection drops (or the body ends), the server stalls, or garbage follows."""
+        headers = [(b"content-type", b"application/json")]
+        headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items()]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": data[: len(data) // 2], "more_body": True})
+        if reply.stall_after is not None:
+            await anyio.sleep(reply.stall_s)
+        if reply.malformed_after is not None:
+            await send({"type": "http.response.body", "body": b'"broken": [', "more_body": False})
+            return
+        progress["cut"] = True
+        if reply.cut_mode == "eof":
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     def cancel_active(self) -> None:
         for scope in list(self._active):

@@ -19,8 +19,8 @@ from typing import Any
 
 import msgspec
 
+from kernel import JsonDecoder
 from kernel import model as m
-from transports.shared.jsonwire import JsonDecoder
 
 from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_NOT_FOUND, RpcFailure
 from .wire import (

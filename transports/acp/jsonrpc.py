@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from transports.shared.jsonwire import JsonDecoder
+from kernel import JsonDecoder
 
 JSONRPC = "2.0"
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import msgspec
 
+from kernel import JsonDecoder
 from kernel import model as m
-from transports.shared.jsonwire import JsonDecoder
 
 from .jsonrpc import INVALID_PARAMS, RpcFailure
 from .wire import ConfigValue, ListedSession, SelectOption, SessionInfoUpdate, SessionPage, SetConfigOptionParams

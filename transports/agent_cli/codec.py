@@ -22,9 +22,9 @@ from typing import Any, Literal
 
 import msgspec
 
+from kernel import decode_json
 from kernel import model as m
 from transports.shared.coalesce import DeltaCoalescer
-from transports.shared.jsonwire import decode_json
 
 from . import wire
 from .inputs import BadRequest, Limits, ParsedRequest, instruction_args, parse_request

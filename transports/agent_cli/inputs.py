@@ -4,7 +4,7 @@ A pure piece of the codec (kept apart for its size): no I/O and no exceptions
 escaping: :func:`parse_request` returns a :class:`ParsedRequest` or a
 :class:`BadRequest` whose message says what was wrong and where
 (``$.input.Image.data``), so a client author can fix the request. Every decode goes
-through :mod:`transports.shared.jsonwire`, so nesting too deep is one more parse error.
+through :mod:`kernel.jsonwire`, so nesting too deep is one more parse error.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 import msgspec
 
+from kernel import JsonDecoder
 from kernel import model as m
-from transports.shared.jsonwire import JsonDecoder
 
 from . import wire
 

@@ -20,8 +20,8 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
+from kernel import JsonDecoder
 from kernel import model as m
-from transports.shared.jsonwire import JsonDecoder
 
 from . import wire
 

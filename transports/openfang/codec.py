@@ -25,9 +25,9 @@ from typing import Any
 
 import msgspec
 
+from kernel import TOO_DEEP, decode_json
 from kernel import model as m
 from transports.shared.coalesce import DeltaCoalescer
-from transports.shared.jsonwire import TOO_DEEP, decode_json
 
 from .sessionids import public_session_id
 from .wire import (

@@ -23,14 +23,13 @@ from typing import Any, TypeVar
 import anyio
 import msgspec
 
-from kernel import Kernel, RunFollower
+from kernel import Kernel, RunFollower, decode_json
 from kernel import model as m
 from transports.shared import (
     HttpError,
     Request,
     Response,
     Router,
-    decode_json,
     format_sse,
     json_response,
     open_sse,

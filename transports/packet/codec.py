@@ -14,8 +14,8 @@ from typing import Any
 
 import msgspec
 
+from kernel import decode_json
 from kernel import model as m
-from transports.shared.jsonwire import decode_json
 
 from .wire import (
     KINDS,

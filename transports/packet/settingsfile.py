@@ -30,9 +30,8 @@ from typing import Any
 
 import msgspec
 
-from kernel import Settings
+from kernel import Settings, decode_json
 from kernel import model as m
-from transports.shared.jsonwire import decode_json
 
 from . import codec
 from .wire import Answer, SetSettingsBody

@@ -3,12 +3,13 @@
 One place for the security policy (loopback bind, token auth, Origin allow-list,
 size and rate limits) and the hypercorn wiring, so every dialect — built-in or
 third-party plugin — behaves the same.  Only stdlib, anyio, msgspec and hypercorn
-are used here; nothing from the kernel (but its lazy-export helper) or another transport.
+are used here; nothing from the kernel (but its lazy-export helper and guarded JSON
+decoding) or another transport.
 
 Public surface: exactly the names in ``__all__`` below, imported from
 ``transports.shared`` (docs/shared-plumbing.md). The ``_*.py`` modules are
 private: their layout may change. Names load on first use, so a pure module
-(``transports.shared.jsonwire``, imported by codecs) brings no server with it.
+(``transports.shared.coalesce``, imported by codecs) brings no server with it.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "CLOSE_GOING_AWAY", "CLOSE_INTERNAL_ERROR", "CLOSE_NORMAL", "CLOSE_POLICY_VIOLATION", "CLOSE_TOO_BIG",
         "WebSocket", "WebSocketCheck", "WsClosed", "WsEvent", "WsIdle", "WsInvalidFrame", "WsRateLimited", "WsText", "WsTooLarge",
     ),
-    ".jsonwire": ("JsonDecoder", "decode_json"),
     ".coalesce": ("DeltaCoalescer",),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
@@ -107,5 +107,3 @@ if TYPE_CHECKING:
     from ._websocket import WsText as WsText
     from ._websocket import WsTooLarge as WsTooLarge
     from .coalesce import DeltaCoalescer as DeltaCoalescer
-    from .jsonwire import JsonDecoder as JsonDecoder
-    from .jsonwire import decode_json as decode_json

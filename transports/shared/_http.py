@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl
 import anyio
 import msgspec
 
-from .jsonwire import decode_json
+from kernel import decode_json
 
 __all__ = [
     "ASGIReceive",

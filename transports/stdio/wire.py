@@ -4,7 +4,7 @@ A line in is one :data:`kernel.model.Command` as JSON (its ``type`` tag and fiel
 exactly as in :mod:`kernel.model`); a line out is one :data:`kernel.model.Event` or
 :data:`kernel.model.Reply`. Nothing is translated (docs/stdio.md), so this module
 only names the decoders and the encoder of those lines. Decoding is guarded
-(:mod:`transports.shared.jsonwire`): input nested too deeply is a ``DecodeError``.
+(:mod:`kernel.jsonwire`): input nested too deeply is a ``DecodeError``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any, get_args
 
 import msgspec
 
+from kernel import JsonDecoder
 from kernel import model as m
-from transports.shared.jsonwire import JsonDecoder
 
 #: What a line out carries.
 Outgoing = m.Event | m.Reply

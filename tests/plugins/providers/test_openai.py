@@ -549,3 +549,22 @@ async def test_a_request_nobody_streams_asks_the_upstream_for_one_answer() -> No
     assert text == [ReasoningChunk("Hm."), TextChunk("Whole answer"), UsageChunk(Usage(input_tokens=4, output_tokens=2)), FinishChunk("stop")]
     assert tool[0] == ToolCallChunk(index=0, id="call_w", name="clock", arguments='{"tz": "UTC"}')
     assert tool[-1] == FinishChunk("tool_calls")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("fault", "code"),
+    [
+        (Reply.cut(after=1), "provider_error"),
+        (Reply.cut(after=1, mode="eof"), "provider_error"),
+        (Reply.malformed(after=1), "provider_error"),
+        (Reply.stall(30, after=1), "timeout"),
+    ],
+    ids=["dropped", "truncated", "malformed", "stalled"],
+)
+async def test_a_whole_answer_that_breaks_part_way_fails_clearly(fault: Reply, code: str) -> None:
+    async with fake_openai_server([fault]) as server:
+        async with provider_for(server, timeout_s=0.5) as provider:
+            error = await fails(provider, msgspec.structs.replace(HELLO, stream=False))
+    assert error.code == code, error
+    assert "stream" not in server.requests[0]

@@ -17,8 +17,8 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 
+from kernel import decode_json
 from kernel import model as m
-from transports.shared.jsonwire import decode_json
 
 from .wire import ApiError, CommandBody, PromptBody, RegenerateBody, RunResult, SessionCreate, SessionRemoved, ToolCallRecord
 

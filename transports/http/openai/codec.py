@@ -19,8 +19,8 @@ from urllib.parse import unquote_to_bytes
 
 import msgspec
 
+from kernel import JsonDecoder
 from kernel import model as m
-from transports.shared.jsonwire import JsonDecoder
 
 from .wire import (
     ChatCompletion,

@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from kernel import JsonDecoder
 from kernel import model as m
-from transports.shared.jsonwire import JsonDecoder
 
 from ..openai.codec import TOOL_NAME, bad_request, data_url, invalid_field, resolve_model
 from ..openai.wire import OpenAIError

@@ -7,7 +7,8 @@ such input is one more malformed message (``msgspec.DecodeError``), answered in 
 dialect's own shape, and never an exception that ends a connection or the process.
 
 Pure: the standard library and msgspec only, so a dialect's ``wire.py`` and ``codec.py``
-may import it (``transports.shared`` loads nothing else on this import).
+may import it, and so may a provider reading its upstream (``kernel`` exports it lazily:
+``from kernel import JsonDecoder`` loads nothing else).
 """
 
 from __future__ import annotations
