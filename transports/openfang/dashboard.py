@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from kernel import Kernel
 from kernel import model as m
@@ -38,6 +40,7 @@ from transports.shared import (
 
 from .config import OpenFangConfig
 from .dashboard_codec import (
+    NOTHING_TO_SHOW,
     TEMPLATES_JSON,
     ModelBody,
     ProviderFacts,
@@ -48,13 +51,16 @@ from .dashboard_codec import (
     auth_check_json,
     config_json,
     decision_json,
+    mcp_servers_json,
     models_json,
     pending_approvals,
     provider_facts,
     providers_json,
     split_model,
     tools_json,
+    usage_by_model_json,
     usage_json,
+    usage_summary_json,
 )
 from .rest import guarded
 from .sessionids import canonical_uuid
@@ -84,12 +90,17 @@ class OpenFangDashboard:
         router.get("/api/agents/{id}/tools")(self.agent_tools)
         router.get("/api/tools")(self.tools)
         router.get("/api/usage")(self.usage)
+        router.get("/api/usage/summary")(self.usage_summary)
+        router.get("/api/usage/by-model")(self.usage_by_model)
+        router.get("/api/mcp/servers")(self.mcp_servers)
         router.get("/api/approvals")(self.approvals)
         router.post("/api/approvals/{aid}/approve")(self.approve)
         router.post("/api/approvals/{aid}/reject")(self.reject)
         router.get("/api/config")(self.config_summary)
         router.get("/api/templates")(self.templates)
         router.get("/api/auth/check", auth=False)(self.auth_check)
+        for path, body in NOTHING_TO_SHOW.items():
+            router.get(path)(_answer(body))
         if self.config.dashboard_dir:
             DashboardFiles(self.config.dashboard_dir).register(router)
 
@@ -169,6 +180,18 @@ class OpenFangDashboard:
     async def usage(self, request: Request) -> Response:
         return json_response(200, usage_json(self.agents.infos(), await self._sessions()))
 
+    async def usage_summary(self, request: Request) -> Response:
+        return json_response(200, usage_summary_json(await self._sessions()))
+
+    async def usage_by_model(self, request: Request) -> Response:
+        return json_response(200, usage_by_model_json(await self._sessions()))
+
+    async def mcp_servers(self, request: Request) -> Response:
+        listing = await guarded(self.kernel.execute(m.ListTools()))
+        assert isinstance(listing, m.ToolList)
+        configured = self.kernel.settings_view().get("tools", {}).get("mcp", [])
+        return json_response(200, mcp_servers_json(configured, listing.tools))
+
     async def config_summary(self, request: Request) -> Response:
         default = self.kernel.agent_info(self.kernel.agent(None))
         return json_response(200, config_json(self.kernel.settings_view(), default, token_set=self.token is not None))
@@ -209,6 +232,15 @@ class OpenFangDashboard:
                 raise HttpError(404, exc.message, code="not_found") from None
             return json_response(200, decision_json(wanted, approved, time.time()))
         raise HttpError(404, f"No pending approval {wanted}", code="not_found")
+
+
+def _answer(body: dict[str, Any]) -> Callable[[Request], Awaitable[Response]]:
+    """A route that always answers ``body`` (one of ``NOTHING_TO_SHOW``)."""
+
+    async def answer(request: Request) -> Response:
+        return json_response(200, body)
+
+    return answer
 
 
 class DashboardFiles:

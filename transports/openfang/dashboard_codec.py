@@ -251,3 +251,75 @@ def auth_check_json(authenticated: bool) -> dict[str, Any]:
 
 
 TEMPLATES_JSON: dict[str, Any] = {"templates": [], "total": 0}
+
+
+def usage_summary_json(sessions: Iterable[m.SessionInfo]) -> dict[str, Any]:
+    """``GET /api/usage/summary``: the tokens of every session since the gateway loaded it. The
+    gateway prices nothing and does not count model or tool calls per session: those are 0."""
+    total = sum((info.usage for info in sessions), m.Usage())
+    return {
+        "total_input_tokens": total.input_tokens, "total_output_tokens": total.output_tokens,
+        "total_cost_usd": 0.0, "call_count": 0, "total_tool_calls": 0,
+    }
+
+
+def usage_by_model_json(sessions: Iterable[m.SessionInfo]) -> dict[str, Any]:
+    """``GET /api/usage/by-model``: the sessions' tokens grouped by the model each one uses now."""
+    totals: dict[str, m.Usage] = {}
+    for info in sessions:
+        if info.usage.total_tokens:
+            totals[info.model] = totals.get(info.model, m.Usage()) + info.usage
+    rows = [
+        {"model": model, "total_cost_usd": 0.0, "total_input_tokens": usage.input_tokens, "total_output_tokens": usage.output_tokens, "call_count": 0}
+        for model, usage in sorted(totals.items(), key=lambda item: -item[1].total_tokens)
+    ]
+    return {"models": rows}
+
+
+def mcp_servers_json(configured: Iterable[Mapping[str, Any]], tools: Iterable[m.ToolInfo]) -> dict[str, Any]:
+    """``GET /api/mcp/servers``: the ``[[tools.mcp]]`` servers (from the masked settings: an
+    ``env`` value or header that holds a secret shows masked) and, as connected, those whose
+    tools the kernel offers now (``NAME__TOOL``)."""
+    servers = list(configured)
+    offered: dict[str, list[dict[str, Any]]] = {}
+    for tool in tools:
+        prefix, sep, name = tool.name.partition("__")
+        if sep:
+            offered.setdefault(prefix, []).append({"name": name, "description": tool.description})
+    configured_rows = []
+    for server in servers:
+        if server.get("url"):
+            transport: dict[str, Any] = {"type": "http", "url": server["url"]}
+        else:
+            transport = {"type": "stdio", "command": server.get("command") or "", "args": list(server.get("args") or [])}
+        configured_rows.append({
+            "name": server["name"], "transport": transport,
+            "timeout_secs": int(server.get("connect_timeout_s") or 0), "env": dict(server.get("env") or {}),
+        })
+    connected = [
+        {"name": server["name"], "tools_count": len(offered[server["name"]]), "tools": offered[server["name"]], "connected": True}
+        for server in servers
+        if server["name"] in offered
+    ]
+    return {"configured": configured_rows, "connected": connected, "total_configured": len(configured_rows), "total_connected": len(connected)}
+
+
+#: What the dashboard's other panels ask for, where the gateway has nothing to show — no
+#: pricing (daily costs, budgets), no audit chain, no peer network, no A2A agents, no
+#: channels, no skills — in OpenFang's shapes with empty lists and zeros, so the panels
+#: load (a 404 leaves them broken and raises a toast). Path -> body.
+NOTHING_TO_SHOW: dict[str, dict[str, Any]] = {
+    "/api/usage/daily": {"days": [], "today_cost_usd": 0.0, "first_event_date": None},
+    "/api/budget": {
+        "hourly_spend": 0.0, "hourly_limit": 0.0, "hourly_pct": 0.0,
+        "daily_spend": 0.0, "daily_limit": 0.0, "daily_pct": 0.0,
+        "monthly_spend": 0.0, "monthly_limit": 0.0, "monthly_pct": 0.0,
+        "alert_threshold": 0.0, "default_max_llm_tokens_per_hour": 0,
+    },
+    "/api/budget/agents": {"agents": [], "total": 0},
+    "/api/audit/recent": {"entries": [], "total": 0, "tip_hash": ""},
+    "/api/network/status": {"enabled": False, "node_id": "", "listen_address": "", "connected_peers": 0, "total_peers": 0},
+    "/api/a2a/agents": {"agents": [], "total": 0},
+    "/api/channels": {"channels": [], "total": 0, "configured_count": 0},
+    "/api/skills": {"skills": [], "total": 0},
+}

@@ -18,13 +18,16 @@ from transports.openfang.dashboard_codec import (
     approval_id,
     approvals_json,
     config_json,
+    mcp_servers_json,
     models_json,
     pending_approvals,
     provider_facts,
     providers_json,
     split_model,
     tools_json,
+    usage_by_model_json,
     usage_json,
+    usage_summary_json,
 )
 from transports.openfang.rest_codec import session_json, sessions_json
 from transports.openfang.sessionids import alias, canonical_uuid, new_session_id, public_session_id
@@ -127,3 +130,34 @@ def test_config_shows_no_secret() -> None:
     assert config == {"home_dir": "/srv/work", "data_dir": "postgresql://…", "api_key": "***",
                       "default_model": {"provider": "openai", "model": "gpt-4o", "api_key_env": "OPENAI_API_KEY"}}
     assert config_json({"store": {"path": "/var/lib/gw/gateway.db"}}, default, token_set=False)["data_dir"] == "/var/lib/gw"
+
+
+def test_usage_summary_and_by_model_sum_the_sessions_tokens() -> None:
+    sessions = [
+        m.SessionInfo(session_id="a", agent_id=AGENT, model="big", usage=m.Usage(input_tokens=10, output_tokens=5)),
+        m.SessionInfo(session_id="b", agent_id=AGENT, model="small", usage=m.Usage(input_tokens=1, output_tokens=1)),
+        m.SessionInfo(session_id="c", agent_id=AGENT, model="big", usage=m.Usage(input_tokens=2, output_tokens=3)),
+        m.SessionInfo(session_id="d", agent_id=AGENT, model="unused"),
+    ]
+    summary = usage_summary_json(sessions)
+    assert (summary["total_input_tokens"], summary["total_output_tokens"], summary["total_cost_usd"]) == (13, 9, 0.0)
+    rows = usage_by_model_json(sessions)["models"]
+    assert [(row["model"], row["total_input_tokens"], row["total_output_tokens"]) for row in rows] == [("big", 12, 8), ("small", 1, 1)]
+
+
+def test_mcp_servers_from_the_masked_settings_and_the_offered_tools() -> None:
+    configured = [
+        {"name": "files", "command": "npx", "args": ["-y", "srv"], "env": {"API_KEY": "sk-…3456"}, "url": None, "connect_timeout_s": 30.0},
+        {"name": "web", "command": None, "args": [], "env": {}, "url": "http://127.0.0.1:9/mcp", "connect_timeout_s": 5.0},
+    ]
+    tools = [
+        m.ToolInfo(name="files__read", description="Read a file", parameters={}),
+        m.ToolInfo(name="clock", description="The time", parameters={}),
+    ]
+    body = mcp_servers_json(configured, tools)
+    assert body["configured"] == [
+        {"name": "files", "transport": {"type": "stdio", "command": "npx", "args": ["-y", "srv"]}, "timeout_secs": 30, "env": {"API_KEY": "sk-…3456"}},
+        {"name": "web", "transport": {"type": "http", "url": "http://127.0.0.1:9/mcp"}, "timeout_secs": 5, "env": {}},
+    ]
+    assert body["connected"] == [{"name": "files", "tools_count": 1, "tools": [{"name": "read", "description": "Read a file"}], "connected": True}]
+    assert (body["total_configured"], body["total_connected"]) == (2, 1)

@@ -18,6 +18,7 @@ from kernel.tools import Tool
 from plugins.providers.echo import EchoProvider
 from tests.asyncio_clients import in_asyncio
 from transports.openfang.dashboard import DASHBOARD_REJECTION
+from transports.openfang.dashboard_codec import NOTHING_TO_SHOW
 from transports.openfang.sessionids import alias
 
 from ._helpers import connect, make_config, recv_until, serving
@@ -151,6 +152,13 @@ async def test_models_providers_tools_usage_config_and_the_agents_model() -> Non
         config = await client.config()
         assert config["api_key"] == "not set" and config["default_model"] == {"provider": "scripted", "model": "scripted-1", "api_key_env": ""}
         assert await client.request("GET", "/api/templates") == {"templates": [], "total": 0}
+        summary = await client.request("GET", "/api/usage/summary")
+        assert summary["total_input_tokens"] + summary["total_output_tokens"] == 8 and summary["total_cost_usd"] == 0.0
+        by_model = (await client.request("GET", "/api/usage/by-model"))["models"]
+        assert [(row["model"], row["total_input_tokens"] + row["total_output_tokens"]) for row in by_model] == [("smaller", 8)]
+        assert await client.request("GET", "/api/mcp/servers") == {"configured": [], "connected": [], "total_configured": 0, "total_connected": 0}
+        for path, body in NOTHING_TO_SHOW.items():  # the dashboard's other panels load instead of a 404
+            assert await client.request("GET", path) == body, path
         assert await client.request("GET", "/api/auth/check") == {"authenticated": True, "mode": "none"}
         assert (await client.status())["agent_count"] == 1 and (await client.health())["status"] == "ok"
 
