@@ -59,7 +59,7 @@ from kernel import (
 )
 from kernel.model import FilePart, ImagePart, Message, TextPart
 
-from .openai_wire import SSEData, StreamReader, UpstreamError, answer_chunks, decode_completion
+from .openai_wire import MAX_EVENT_BYTES, SSEData, StreamReader, UpstreamError, answer_chunks, decode_completion
 
 __all__ = ["OpenAIProvider", "provider_factory", "to_openai_messages", "to_openai_tools"]
 
@@ -268,7 +268,7 @@ class OpenAIProvider:
         reads = self._read(pieces)
         try:
             if response.headers.get("content-type", "").startswith("application/json"):
-                for chunk in self._answer(b"".join([piece async for piece in reads])):
+                for chunk in self._answer(await self._whole(reads)):
                     yield chunk
                 return
             events = SSEData()
@@ -314,6 +314,15 @@ class OpenAIProvider:
             except httpx2.RequestError as exc:
                 raise self._connection_failed(exc, streaming=True) from exc
             yield piece
+
+    async def _whole(self, reads: AsyncGenerator[bytes, None]) -> bytes:
+        """A JSON answer's body, bounded like one server-sent event."""
+        body = bytearray()
+        async for piece in reads:
+            body += piece
+            if len(body) > MAX_EVENT_BYTES:
+                raise ProviderError(f"the answer from {self._where} is larger than {MAX_EVENT_BYTES} bytes", code="provider_error")
+        return bytes(body)
 
     async def _drain(self, pieces: AsyncGenerator[bytes, None]) -> None:
         """Read what follows ``[DONE]`` (the body's end), so the connection can be reused."""

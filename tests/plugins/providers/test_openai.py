@@ -568,3 +568,13 @@ async def test_a_whole_answer_that_breaks_part_way_fails_clearly(fault: Reply, c
             error = await fails(provider, msgspec.structs.replace(HELLO, stream=False))
     assert error.code == code, error
     assert "stream" not in server.requests[0]
+
+
+@pytest.mark.anyio
+async def test_a_whole_answer_is_bounded_like_one_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(openai_provider, "MAX_EVENT_BYTES", 1024)
+    pieces = [b'{"choices": [{"index": 0, "message": {"content": "', b"x" * 600, b"x" * 600, b'"}, "finish_reason": "stop"}]}']
+    async with fake_openai_server([Reply.raw(pieces, content_type="application/json")]) as server:
+        async with provider_for(server) as provider:
+            error = await fails(provider, msgspec.structs.replace(HELLO, stream=False))
+    assert error.code == "provider_error" and "larger than 1024 bytes" in error.message
