@@ -137,8 +137,7 @@ class AgentCliCodec:
                     f"connection (at most {self.max_queued_requests} may wait); retry when one has finished",
                 )
             self._expected[req.request_id] = req.stream
-            # A non-streaming request gets one reply: the provider may fetch the answer whole too.
-            options = msgspec.structs.replace(req.options, approval=self.approval or req.options.approval, stream=req.stream)
+            options = req.options if self.approval is None else msgspec.structs.replace(req.options, approval=self.approval)
             if variant == "Regenerate":
                 return m.Regenerate(**ids, options=options)
             return m.Prompt(**ids, parts=req.value, options=options)

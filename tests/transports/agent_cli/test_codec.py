@@ -49,7 +49,7 @@ def b64(data: bytes) -> str:
 def test_text_prompt_with_defaults() -> None:
     got = decode(req({"Text": "hi"}))
     assert got.request_id == "r1" and got.variant == "Text" and got.stream is False
-    assert got.command == m.Prompt(session_id=SID, request_id="r1", parts=(m.TextPart("hi"),), options=m.PromptOptions(stream=False))
+    assert got.command == m.Prompt(session_id=SID, request_id="r1", parts=(m.TextPart("hi"),), options=m.PromptOptions())
 
 
 def test_config_overrides_become_prompt_options() -> None:
@@ -61,8 +61,7 @@ def test_config_overrides_become_prompt_options() -> None:
         ask_before_tool_execution=True, max_tool_iterations=3,
     )
     zeros = decode(req({"Text": "hi"}, config={"max_tokens": 0, "max_context_num": 0, "max_tool_try": None}, stream=None, use_tools=None))
-    # A non-streaming request: the provider may fetch the answer whole, as the client takes it.
-    assert zeros.command.options == m.PromptOptions(stream=False) and zeros.stream is False  # type: ignore[union-attr]
+    assert zeros.command.options == m.PromptOptions() and zeros.stream is False  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("name", ["GetCommands", "Interrupt", "Regenerate", "ClearContext"])
