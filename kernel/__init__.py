@@ -62,6 +62,12 @@ _EXPORTS: dict[str, str] = {
     "ToolContext": ".tools",
     "ToolFailure": ".tools",
     "WorkspaceFiles": ".files",
+    "ERROR_SPECS": ".errors",
+    "ErrorSpec": ".errors",
+    "error_spec": ".errors",
+    "http_headers": ".errors",
+    "http_status": ".errors",
+    "retry_after_s": ".errors",
     "JsonDecoder": ".jsonwire",
     "TOO_DEEP": ".jsonwire",
     "decode_json": ".jsonwire",
@@ -73,6 +79,12 @@ if TYPE_CHECKING:
     from .cluster import Cluster as Cluster
     from .commands import CommandContext as CommandContext
     from .commands import SlashCommand as SlashCommand
+    from .errors import ERROR_SPECS as ERROR_SPECS
+    from .errors import ErrorSpec as ErrorSpec
+    from .errors import error_spec as error_spec
+    from .errors import http_headers as http_headers
+    from .errors import http_status as http_status
+    from .errors import retry_after_s as retry_after_s
     from .files import WorkspaceFiles as WorkspaceFiles
     from .follow import Follower as Follower
     from .follow import RunFollower as RunFollower

@@ -336,8 +336,11 @@ class Kernel:
 
     # -------------------------------------------------------------- commands
 
-    async def execute(self, command: m.Command) -> m.Reply:
+    async def execute(self, command: m.Command, caller: m.Caller = m.LOCAL_CALLER) -> m.Reply:
         """Carry out one command. Failures raise :class:`KernelError` with a stable code.
+
+        ``caller`` is who sends it, as the transport authenticated it (principal, transport
+        name, ``traceparent``); local callers and tests act as the admin.
 
         In a cluster, a command about a session that another instance owns is carried
         out there (its reply returned as if local); one whose owner is gone takes the

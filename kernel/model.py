@@ -22,7 +22,10 @@ ErrorCode = Literal[
     "invalid_request",
     "not_found",
     "busy",
+    # The client's own credentials were refused.
     "unauthorized",
+    # The credentials are valid but their scopes or agents do not allow the command.
+    "forbidden",
     "rate_limited",
     "too_large",
     "provider_error",
@@ -33,6 +36,10 @@ ErrorCode = Literal[
     "unavailable",
     # The instance that ran a session died mid-run; another took the session over.
     "owner_lost",
+    # The upstream model refused the gateway's own API key (never the client's credentials).
+    "upstream_unauthorized",
+    # This instance is draining (shutting down): new runs go elsewhere or wait for the restart.
+    "draining",
 ]
 
 
@@ -55,6 +62,53 @@ class KernelError(Exception):
 
     def info(self) -> ErrorInfo:
         return ErrorInfo(code=self.code, message=self.message, details=self.details)
+
+
+# ---------------------------------------------------------------- who is asking
+
+#: What a principal may do: ``read`` (list, history, follow), ``prompt`` (prompt, interrupt,
+#: regenerate, clear), ``approve`` (answer questions), ``admin`` (everything, every session).
+Scope = Literal["read", "prompt", "approve", "admin"]
+
+
+class Principal(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Who sends a command, as the transport authenticated it; the kernel authorizes.
+
+    ``name`` is the key's name (``admin`` for the admin token and local transports): it is
+    what sessions record as their owner and what metrics may be labelled with. ``agents``
+    empty means every agent.
+    """
+
+    name: str
+    scopes: tuple[Scope, ...] = ("admin",)
+    agents: tuple[str, ...] = ()
+
+    @property
+    def is_admin(self) -> bool:
+        return "admin" in self.scopes
+
+    def can(self, scope: Scope) -> bool:
+        return self.is_admin or scope in self.scopes
+
+    def may_use(self, agent_id: str) -> bool:
+        return self.is_admin or not self.agents or agent_id in self.agents
+
+
+#: The admin: the ``--token`` / ``GATEWAY_TOKEN`` holder, and local transports unless configured.
+ADMIN = Principal(name="admin")
+
+
+class Caller(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What a transport knows about who sends a command, passed beside it to ``Kernel.execute``
+    (never inside a command, so no wire dialect can set it): the principal, the transport's
+    name (a bounded metric label) and the caller's W3C ``traceparent`` to continue."""
+
+    principal: Principal = ADMIN
+    transport: str | None = None
+    traceparent: str | None = None
+
+
+LOCAL_CALLER = Caller()
 
 
 # ---------------------------------------------------------------- content
