@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import threading
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -19,7 +16,7 @@ import anyio
 import pytest
 
 from kernel import Kernel
-from tests.services import unavailable
+from tests.node_clients import npm_install
 from transports.agui import AguiApp, AguiConfig
 from transports.agui.config import check_config
 from transports.shared import serve_http
@@ -27,8 +24,6 @@ from transports.shared import serve_http
 #: The client the tests speak with (pinned: its verifier is what the streams must pass).
 AGUI_CLIENT = "@ag-ui/client@1.0.0"
 CLIENT_SCRIPT = Path(__file__).with_name("agui_client.cjs")
-CACHE = Path(os.environ.get("GATEWAY_TEST_CACHE", Path.home() / ".cache" / "gateway-tests")) / "agui-node"
-_install_lock = threading.Lock()
 
 
 @asynccontextmanager
@@ -55,35 +50,9 @@ async def agui_server(kernel: Kernel, *, on_reconnect: anyio.Event | None = None
             tg.cancel_scope.cancel()
 
 
-def _node_tools() -> tuple[str, str]:
-    """``node`` and ``npm``, installed with apt when missing and possible."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if (node is None or npm is None) and os.geteuid() == 0 and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "install", "-y", "-q", "nodejs", "npm"], env=env, capture_output=True, timeout=600, check=False)
-        node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        unavailable("node and npm are needed to run the official @ag-ui/client (apt-get install nodejs npm)")
-    assert node is not None and npm is not None
-    return node, npm
-
-
 def client_modules() -> tuple[str, Path]:
     """Node and the node_modules folder holding ``@ag-ui/client`` (npm-installed once)."""
-    node, npm = _node_tools()
-    modules = CACHE / "node_modules"
-    package = modules / "@ag-ui" / "client" / "package.json"
-    wanted = AGUI_CLIENT.rpartition("@")[2]
-    with _install_lock:
-        if not package.exists() or json.loads(package.read_text()).get("version") != wanted:
-            CACHE.mkdir(parents=True, exist_ok=True)
-            done = subprocess.run(
-                [npm, "install", "--prefix", str(CACHE), "--no-audit", "--no-fund", "--loglevel=error", AGUI_CLIENT],
-                capture_output=True, text=True, timeout=600, check=False,
-            )
-            if done.returncode != 0:
-                pytest.fail(f"npm could not install {AGUI_CLIENT}: {done.stderr.strip()[-2000:]}", pytrace=False)
-    return node, modules
+    return npm_install("agui-node", [AGUI_CLIENT])
 
 
 async def run_client(modules: tuple[str, Path], url: str, thread_id: str, steps: Sequence[dict[str, Any]], **extra: Any) -> dict[str, Any]:
