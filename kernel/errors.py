@@ -42,6 +42,8 @@ ERROR_SPECS: dict[str, ErrorSpec] = {
     "forbidden": ErrorSpec(status=403),
     "not_found": ErrorSpec(status=404),
     "busy": ErrorSpec(status=409, retryable=True),
+    # The run was cut by an interrupt command: its partial answer is not the answer asked for.
+    "interrupted": ErrorSpec(status=409),
     "too_large": ErrorSpec(status=413),
     "rate_limited": ErrorSpec(status=429, retryable=True, retry_after_s=1),
     "internal": ErrorSpec(status=500),

@@ -40,6 +40,8 @@ ErrorCode = Literal[
     "upstream_unauthorized",
     # This instance is draining (shutting down): new runs go elsewhere or wait for the restart.
     "draining",
+    # A run was interrupted before its answer was whole (by a client's interrupt command).
+    "interrupted",
 ]
 
 
@@ -575,6 +577,11 @@ class TurnStarted(RunEvent, frozen=True, tag="turn_started"):
     iteration: int = 0
 
 
+#: Why a run was interrupted: a client's interrupt command (or the client leaving), the
+#: gateway draining or shutting down, or the run outliving a dialect's timeout.
+InterruptCause = Literal["client", "drain", "shutdown", "timeout"]
+
+
 class RunFinished(RunEvent, frozen=True, tag="run_finished"):
     text: str
     usage: Usage = Usage()
@@ -588,6 +595,8 @@ class RunFinished(RunEvent, frozen=True, tag="run_finished"):
     # Input tokens of the run's last model call: how full the context window is now
     # (``usage`` sums every call of the run, so it overstates it on tool runs).
     context_tokens: int = 0
+    # With ``interrupted``: why (None is a client's interrupt, for events stored before causes).
+    interrupt_cause: InterruptCause | None = None
 
 
 class RunFailed(RunEvent, frozen=True, tag="run_failed"):
@@ -627,6 +636,28 @@ Event = (
 )
 
 RUN_END_EVENTS = (RunFinished, RunFailed)
+
+_INTERRUPT_ERRORS: dict[str, ErrorInfo] = {
+    "client": ErrorInfo(code="interrupted", message="The run was interrupted before its answer was complete"),
+    "drain": ErrorInfo(code="draining", message="The gateway is draining: the run was interrupted before its answer was complete"),
+    "shutdown": ErrorInfo(code="draining", message="The gateway shut down: the run was interrupted before its answer was complete"),
+    "timeout": ErrorInfo(code="timeout", message="The run did not end in time: it was interrupted before its answer was complete"),
+}
+
+
+def run_end_error(end: RunFinished | RunFailed) -> ErrorInfo | None:
+    """None when the run's answer is whole; otherwise why it is not.
+
+    The one rule behind "an interrupted answer never looks complete": every dialect ends a
+    run for which this is not None in its own failure form (OpenAI chat an in-stream error,
+    Responses ``response.failed``/``incomplete``, Anthropic ``event: error``, AG-UI
+    ``RUN_ERROR``, …) — only the client's own cancel (it closed the stream) goes unseen.
+    """
+    if isinstance(end, RunFailed):
+        return end.error
+    if not end.interrupted:
+        return None
+    return _INTERRUPT_ERRORS[end.interrupt_cause or "client"]
 
 # ---------------------------------------------------------------- replies
 
