@@ -26,6 +26,10 @@ _EXPORTS: dict[str, str] = {
     "RunFollower": ".follow",
     "RunWatch": ".watch",
     "Subscription": ".hub",
+    "SessionHost": ".host",
+    "RunSession": ".host",
+    "ToolScope": ".host",
+    "ClusterHost": ".cluster",
     "Command": ".model",
     "Event": ".model",
     "Reply": ".model",
@@ -71,12 +75,24 @@ _EXPORTS: dict[str, str] = {
     "JsonDecoder": ".jsonwire",
     "TOO_DEEP": ".jsonwire",
     "decode_json": ".jsonwire",
+    "MAX_WIRE_INT": ".jsonwire",
+    "parse_wire_int": ".jsonwire",
+    # API keys and their storage (kernel/keys.py, docs/security.md).
+    "KeyRecord": ".keys",
+    "KeyView": ".keys",
+    "Keyring": ".keys",
+    "KEY_COLUMNS": ".store",
+    "KEY_USAGE_SQL": ".store",
+    "key_body": ".store",
+    "key_of_row": ".store",
+    "RateWindows": ".access",
 }
 
 __getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from .cluster import Cluster as Cluster
+    from .cluster import ClusterHost as ClusterHost
     from .commands import CommandContext as CommandContext
     from .commands import SlashCommand as SlashCommand
     from .errors import ERROR_SPECS as ERROR_SPECS
@@ -88,10 +104,15 @@ if TYPE_CHECKING:
     from .files import WorkspaceFiles as WorkspaceFiles
     from .follow import Follower as Follower
     from .follow import RunFollower as RunFollower
+    from .host import RunSession as RunSession
+    from .host import SessionHost as SessionHost
+    from .host import ToolScope as ToolScope
     from .hub import Subscription as Subscription
+    from .jsonwire import MAX_WIRE_INT as MAX_WIRE_INT
     from .jsonwire import TOO_DEEP as TOO_DEEP
     from .jsonwire import JsonDecoder as JsonDecoder
     from .jsonwire import decode_json as decode_json
+    from .jsonwire import parse_wire_int as parse_wire_int
     from .kernel import Kernel as Kernel
     from .kernel import ProviderFactory as ProviderFactory
     from .kernel import gateway_version as gateway_version
@@ -124,6 +145,14 @@ if TYPE_CHECKING:
     from .store import SessionRecord as SessionRecord
     from .store import SQLiteStore as SQLiteStore
     from .store import Store as Store
+    from .keys import KeyRecord as KeyRecord
+    from .keys import KeyView as KeyView
+    from .keys import Keyring as Keyring
+    from .store import KEY_COLUMNS as KEY_COLUMNS
+    from .store import KEY_USAGE_SQL as KEY_USAGE_SQL
+    from .store import key_body as key_body
+    from .store import key_of_row as key_of_row
+    from .access import RateWindows as RateWindows
     from .tools import Tool as Tool
     from .tools import ToolContext as ToolContext
     from .tools import ToolFailure as ToolFailure

@@ -13,6 +13,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 import anyio
@@ -23,28 +24,32 @@ from . import model as m
 from .cluster import ROUTED, Cluster, RemoteSubscription, owner_lost
 from .commands import CommandContext, SlashCommand
 from .files import WorkspaceFiles
+from .host import ToolScope, seq_key
 from .hub import Subscription
 from .jobs import HistoryJob
+from .observe import ObserverFactory, Observers
 from .provider import Provider
 from .session import Session
 from .settings import AgentSettings, Settings, check_depth, drop_masked_secrets, mask_secrets, merge, to_data, validate
 from .state import Answer
 from .store import SessionRecord, SQLiteStore, Store
-from .toolcalls import ToolExecution, invoke
-from .tools import Tool, ToolContext
+from .tools import Tool, ToolContext, ToolExecution, invoke
 
 log = logging.getLogger("gateway.kernel")
 
 ProviderFactory = Callable[[Settings], Provider]
 
 
-def seq_key(session_id: str) -> str:
-    """The store's record of a clustered session's last seq, kept as runs are persisted, so
-    an instance that takes it over never reuses a seq even if the cluster lost its stream."""
-    return f"seq:{session_id}"
-
 #: Events of a session read back when another instance's session is taken over.
 TAKEOVER_TAIL = 256
+#: How often a drain looks for sessions whose runs ended (to give their leases up).
+DRAIN_POLL_S = 0.05
+#: The longest a readiness check waits for the store or the cluster.
+READY_CHECK_S = 2.0
+#: How often a command refused by a draining owner checks whether it gave the lease up.
+HANDOVER_POLL_S = 0.1
+#: Commands that start a run: refused while draining.
+RUN_COMMANDS = (m.Prompt, m.Regenerate, m.Continue)
 SETTINGS_KEY = "settings.overrides"
 
 
@@ -70,6 +75,7 @@ class Kernel:
         shutdown_grace_s: float = 5.0,
         tool_sources: Iterable[m.ToolSource] = (),
         cluster: Cluster | None = None,
+        observers: Iterable[ObserverFactory] = (),
     ) -> None:
         self.settings = settings
         self.version = gateway_version()
@@ -89,6 +95,15 @@ class Kernel:
         self._task_group: TaskGroup | None = None
         self._session_lock = anyio.Lock()
         self._overrides: dict[str, Any] = {}
+        # Draining (SIGTERM): new runs are refused, readiness is off, runs in flight go on.
+        self.draining = False
+        # Set when the drain is over and the gateway stops: commands still waiting on another
+        # instance give up with a clear ``draining`` error instead of being cut mid-request.
+        self.stopping = anyio.Event()
+        # One settings change at a time: each reads the settings the previous one left.
+        self._settings_lock = anyio.Lock()
+        # Telemetry (metrics, traces): told the facts of every run (kernel/observe.py).
+        self.observers = Observers(o for o in (factory(self) for factory in observers) if o is not None)
 
     # -------------------------------------------------------------- lifecycle
 
@@ -110,6 +125,7 @@ class Kernel:
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         """Interrupt runs, let them record their end, then stop every actor."""
         assert self._task_group is not None
+        self.stopping.set()
         with anyio.CancelScope(shield=True):
             self.interrupt_all()
             await self.wait_idle(self.shutdown_grace_s)
@@ -127,9 +143,60 @@ class Kernel:
                 await self.store.close()
         return result
 
-    def interrupt_all(self) -> int:
-        """Shutdown: every accepted run ends as interrupted; returns how many sessions had one."""
-        return sum(1 for session in self.sessions.values() if session.interrupt(closing=True))
+    def interrupt_all(self, cause: m.InterruptCause = "shutdown") -> int:
+        """Every accepted run ends as interrupted (with ``cause``: how the dialects tell the
+        client its answer is not whole); returns how many sessions had one."""
+        return sum(1 for session in self.sessions.values() if session.interrupt(closing=True, cause=cause))
+
+    def start_draining(self) -> None:
+        """From now on new runs are refused with ``draining`` (retryable: another instance, or
+        this one restarted, serves them) and :meth:`readiness` says so; nothing else changes."""
+        if not self.draining:
+            self.draining = True
+            log.info("draining: new runs are refused; %d in flight go on", self.active_runs())
+
+    def active_runs(self) -> int:
+        return sum(1 for session in self.sessions.values() if session.busy)
+
+    async def drain(self, timeout_s: float) -> int:
+        """SIGTERM's drain: refuse new runs, let those in flight (queued ones too) end for up
+        to ``timeout_s``, then interrupt what is left with cause ``drain``. In a cluster each
+        session is given up (its lease released) as soon as it has no work, so another
+        instance takes its next prompt at once. Returns how many sessions were interrupted."""
+        self.start_draining()
+        with anyio.move_on_after(timeout_s):
+            while True:
+                if self.cluster is not None:
+                    for session in [s for s in self.sessions.values() if not s.busy and not s.ephemeral]:
+                        await self.unload_session(session.id)
+                if not any(s.busy for s in self.sessions.values()):
+                    break
+                await anyio.sleep(DRAIN_POLL_S)
+        left = self.interrupt_all("drain")
+        if left:
+            log.warning("drain: %d run(s) still in flight after %gs: interrupted", left, timeout_s)
+            await self.wait_idle(self.shutdown_grace_s)
+        self.stopping.set()
+        return left
+
+    async def readiness(self) -> dict[str, str]:
+        """What keeps this instance from taking traffic, by check (empty: ready): draining,
+        the store not answering, the cluster's Redis not answering. Each check is bounded."""
+        problems: dict[str, str] = {}
+        if self.draining:
+            problems["draining"] = "the gateway is draining (shutting down)"
+        checks: list[tuple[str, Callable[[], Awaitable[object]]]] = [("store", partial(self.store.get_value, SETTINGS_KEY))]
+        if self.cluster is not None:
+            checks.append(("cluster", self.cluster.ping))
+        for name, check in checks:
+            try:
+                with anyio.fail_after(READY_CHECK_S):
+                    await check()
+            except TimeoutError:
+                problems[name] = f"no answer within {READY_CHECK_S:g}s"
+            except Exception as exc:
+                problems[name] = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        return problems
 
     async def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no session has work, at most ``timeout_s``; False on timeout."""
@@ -167,14 +234,18 @@ class Kernel:
             provider = self._providers[name] = factory(self.settings)
         return provider
 
-    def all_tools(self, session: Session | None = None) -> dict[str, Tool]:
+    @property
+    def clustered(self) -> bool:
+        return self.cluster is not None
+
+    def all_tools(self, session: ToolScope | None = None) -> dict[str, Tool]:
         """The registered tools, those of the kernel's tool sources, and the session's own."""
         found = dict(self.tools)
         for source in (*self.tool_sources, *(session.tool_sources if session is not None else ())):
             found.update((tool.name, tool) for tool in source.tools())
         return found
 
-    def tools_for(self, agent: AgentSettings, session: Session | None = None) -> dict[str, Tool]:
+    def tools_for(self, agent: AgentSettings, session: ToolScope | None = None) -> dict[str, Tool]:
         tools = self.all_tools(session)
         if "*" in agent.tools:
             return tools
@@ -205,7 +276,7 @@ class Kernel:
         """The default file access of tools: the configured workspace on disk."""
         return WorkspaceFiles(self.settings.tools.workspace, max_bytes=self.settings.tools.file_max_bytes)
 
-    async def invoke_tool(self, tool: Tool, arguments: dict[str, Any], session: Session | None, *, call_id: str | None = None) -> ToolExecution:
+    async def invoke_tool(self, tool: Tool, arguments: dict[str, Any], session: ToolScope | None, *, call_id: str | None = None) -> ToolExecution:
         context = ToolContext(
             session_id=session.id if session is not None else "",
             agent_id=(session.agent if session is not None else self.agent(None)).agent_id(),
@@ -239,6 +310,8 @@ class Kernel:
         async with self._session_lock:
             if session_id is not None and session_id in self.sessions:
                 return self.sessions[session_id]
+            if self.draining and self.cluster is not None:  # leases are given up now, not taken
+                raise self._draining_error()
             record = await self.store.get_session(session_id) if session_id else None
             if record is None:
                 if not create:
@@ -348,50 +421,118 @@ class Kernel:
         """
         cluster = self.cluster
         if cluster is not None and isinstance(command, ROUTED) and command.session_id is not None and command.session_id not in self.sessions:
-            owner = await cluster.claim(command.session_id)
+            if self.draining:
+                # A draining instance gives leases up and never takes one: an owner elsewhere
+                # carries the command out, else the client retries (reaching another instance).
+                owner = await cluster.owner(command.session_id)
+                if owner is None or owner == cluster.instance_id:
+                    raise self._draining_error()
+            else:
+                owner = await cluster.claim(command.session_id)
             if owner is not None:
                 return await self._forward(cluster, owner, command)
-        return await self.execute_forwarded(command)
+        return await self.execute_forwarded(command, caller)
+
+    def _draining_error(self) -> m.KernelError:
+        return m.KernelError("draining", "this gateway instance is draining (shutting down): retry, another instance or its restart will serve")
 
     async def _forward(self, cluster: Cluster, owner: str, command: m.Command) -> m.Reply:
         if isinstance(command, m.ConfigureSession) and (command.files is not msgspec.UNSET or command.tool_sources is not msgspec.UNSET):
             raise m.KernelError("invalid_request", f"session {command.session_id} runs on another gateway instance: it cannot take in-process objects")
+        outcome: list[m.Reply | m.KernelError] = []
+        async with anyio.create_task_group() as waiting:
+
+            async def attempt() -> None:
+                try:
+                    outcome.append(await self._forward_once(cluster, owner, command))
+                except m.KernelError as exc:
+                    outcome.append(exc)
+                waiting.cancel_scope.cancel()
+
+            async def stop() -> None:
+                await self.stopping.wait()
+                waiting.cancel_scope.cancel()
+
+            waiting.start_soon(attempt)
+            waiting.start_soon(stop)
+        if not outcome:
+            log.warning("stopping while %s for session %s waited on instance %s: answered draining", type(command).__name__, command.session_id, owner)
+            raise m.KernelError("draining", f"this gateway instance stopped while instance {owner} had not answered for session {command.session_id}: retry")
+        if isinstance(outcome[0], m.KernelError):
+            raise outcome[0]
+        return outcome[0]
+
+    async def _forward_once(self, cluster: Cluster, owner: str, command: m.Command) -> m.Reply:
+        """The owner's reply. Its wait is bounded by the owner's lease: the cluster withdraws
+        a command whose owner's lease expires while it waits (``unavailable``), and the
+        session is taken over here then. An owner that is draining refuses (``draining``);
+        it gives the session's lease up as its run ends, and the command is carried out here."""
+        self.observers.command_forwarded()
         try:
             return await cluster.forward(owner, command)
         except m.KernelError as exc:
-            if exc.code != "unavailable" or command.session_id is None or await cluster.claim(command.session_id) is not None:
+            if command.session_id is None:
+                raise
+            if exc.code == "draining":
+                return await self._hand_over(cluster, owner, command, exc)
+            if exc.code != "unavailable" or await cluster.claim(command.session_id) is not None:
                 raise
             log.warning("instance %s did not answer for session %s and its lease expired: taking the session over", owner, command.session_id)
             return await self.execute_forwarded(command)
 
-    async def execute_forwarded(self, command: m.Command) -> m.Reply:
-        """Carry out a command here (the cluster's callback for commands forwarded to us)."""
+    async def _hand_over(self, cluster: Cluster, owner: str, command: m.Command, refusal: m.KernelError) -> m.Reply:
+        """The owner is draining: wait (up to the forward timeout) for it to give the lease up,
+        then carry the command out here (or at whichever instance took the session meanwhile)."""
+        assert command.session_id is not None
+        with anyio.move_on_after(self.settings.cluster.forward_timeout_s):
+            while True:
+                now = await cluster.claim(command.session_id) if not self.draining else await cluster.owner(command.session_id)
+                if now is None and not self.draining:
+                    log.info("instance %s is draining: session %s continues here", owner, command.session_id)
+                    return await self.execute_forwarded(command)
+                if now is not None and now not in (owner, cluster.instance_id):
+                    return await cluster.forward(now, command)
+                if now is None:
+                    break
+                await anyio.sleep(HANDOVER_POLL_S)
+        raise refusal
+
+    async def execute_forwarded(self, command: m.Command, caller: m.Caller = m.LOCAL_CALLER) -> m.Reply:
+        """Carry out a command here (the cluster's callback for commands forwarded to us).
+        A run's command hands its caller (transport, ``traceparent``) to the run's telemetry."""
         handler = _HANDLERS.get(type(command))
         if handler is None:
             raise m.KernelError("invalid_request", f"unsupported command {type(command).__name__}")
+        if self.draining and isinstance(command, RUN_COMMANDS):
+            raise self._draining_error()
+        if isinstance(command, RUN_COMMANDS):
+            return await handler(self, command, caller)
         return await handler(self, command)
 
-    async def _start_run(self, session: Session, cmd: m.Prompt | m.Regenerate | m.Continue, **job: Any) -> m.Reply:
-        run = session.new_run(cmd.request_id, options=cmd.options, **job)
+    async def _start_run(self, session: Session, cmd: m.Prompt | m.Regenerate | m.Continue, caller: m.Caller, **job: Any) -> m.Reply:
+        problem = cmd.options.problem()
+        if problem is not None:
+            raise m.KernelError("invalid_request", f"Invalid options: {problem}")
+        run = session.new_run(cmd.request_id, options=cmd.options, caller=caller, **job)
         queued = session.enqueue(run)
         return m.Accepted(request_id=cmd.request_id, session_id=session.id, run_id=run.run_id, queued=queued)
 
-    async def _prompt(self, cmd: m.Prompt) -> m.Reply:
+    async def _prompt(self, cmd: m.Prompt, caller: m.Caller) -> m.Reply:
         session = await self.session(cmd.session_id, cmd.agent_id)
         parts = cmd.content_parts()
         if not parts:
             raise m.KernelError("invalid_request", "empty prompt")
-        return await self._start_run(session, cmd, parts=parts)
+        return await self._start_run(session, cmd, caller, parts=parts)
 
-    async def _regenerate(self, cmd: m.Regenerate) -> m.Reply:
-        return await self._start_run(await self.session(cmd.session_id, create=False), cmd, regenerate=True)
+    async def _regenerate(self, cmd: m.Regenerate, caller: m.Caller) -> m.Reply:
+        return await self._start_run(await self.session(cmd.session_id, create=False), cmd, caller, regenerate=True)
 
-    async def _continue(self, cmd: m.Continue) -> m.Reply:
-        return await self._start_run(await self.session(cmd.session_id, create=False), cmd, resume=True)
+    async def _continue(self, cmd: m.Continue, caller: m.Caller) -> m.Reply:
+        return await self._start_run(await self.session(cmd.session_id, create=False), cmd, caller, resume=True)
 
     async def _interrupt(self, cmd: m.Interrupt) -> m.Reply:
         session = await self.session(cmd.session_id, create=False)
-        if not session.interrupt(run_id=cmd.run_id, request_id=cmd.target_request_id):
+        if not session.interrupt(run_id=cmd.run_id, request_id=cmd.target_request_id, cause=cmd.cause):
             raise m.KernelError("invalid_request", "No active model output to interrupt")
         return m.Done(request_id=cmd.request_id, message="interrupted")
 
@@ -535,11 +676,13 @@ class Kernel:
         """Validate, apply and persist a partial update; providers are rebuilt lazily.
         Masked secrets sent back (``sk-…abcd``) leave the real ones as they are."""
         check_depth(changes)
-        changes = drop_masked_secrets(changes, to_data(self.settings))
-        new = validate(merge(to_data(self.settings), changes))
-        self._overrides = merge(self._overrides, changes)
-        await self.store.set_value(SETTINGS_KEY, msgspec.json.encode(self._overrides))
-        old, self.settings = self.settings, new
+        async with self._settings_lock:  # read-modify-write: concurrent changes all survive
+            changes = drop_masked_secrets(changes, to_data(self.settings))
+            new = validate(merge(to_data(self.settings), changes))
+            overrides = merge(self._overrides, changes)
+            await self.store.set_value(SETTINGS_KEY, msgspec.json.encode(overrides))
+            self._overrides = overrides
+            old, self.settings = self.settings, new
         if old.provider != new.provider or old.agents != new.agents:
             # Runs in flight keep streaming from the old instances; they close at exit.
             self._retired_providers.extend(self._providers.values())
@@ -549,7 +692,8 @@ class Kernel:
 
     async def _get_history(self, cmd: m.GetHistory) -> m.Reply:
         session = await self.session(cmd.session_id)
-        messages = await session.history(cmd.limit or self.settings.session.history_cap)
+        cap = self.settings.session.history_cap  # the store keeps no more: a larger limit means "all"
+        messages = await session.history(min(cmd.limit, cap) if cmd.limit and cmd.limit > 0 else cap)
         return m.HistoryView(request_id=cmd.request_id, session_id=session.id, messages=tuple(messages))
 
     async def _save_history(self, cmd: m.SaveHistory) -> m.Reply:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 from contextlib import aclosing
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
 import msgspec
 
-from .jobs import ActiveRun, RunJob
+from .jobs import ActiveRun, Ids, RunJob, RunState
 from .model import (
     ApprovalPolicy,
     ContentPart,
@@ -35,10 +35,12 @@ from .model import (
     TextDelta,
     TextPart,
     ToolCall,
+    ToolChoice,
     TurnLimitReached,
     TurnStarted,
     Usage,
 )
+from .observe import ModelCall, RunFacts, RunOutcome
 from .provider import (
     FinishChunk,
     Provider,
@@ -47,48 +49,15 @@ from .provider import (
     ReasoningChunk,
     TextChunk,
     ToolCallChunk,
+    ToolSpec,
     UsageChunk,
 )
 from .toolcalls import ToolRunner
 
 if TYPE_CHECKING:
-    from .session import Session
-
-
-
-class Ids(TypedDict):
-    """What every event of a run carries."""
-
-    session_id: str
-    run_id: str
-    request_id: str | None
+    from .host import RunSession
 
 log = logging.getLogger("gateway.kernel")
-
-
-class RunState:
-    """What a run has produced so far; kept when the run is interrupted."""
-
-    def __init__(self) -> None:
-        self.text = ""
-        self.usage = Usage()
-        self.iterations = 0
-        self.tool_calls = 0
-        self.rejected: list[tuple[str, str]] = []
-        self.new_messages: list[Message] = []
-        self.open_calls: list[ToolCall] = []
-        self.pending_client_calls: list[ToolCall] = []
-        self.partial_parts: list[str] = []  # this model call's text so far (joined once: no quadratic +=)
-        self.context_tokens = 0
-
-    @property
-    def partial(self) -> str:
-        return "".join(self.partial_parts)
-
-    def take_partial(self) -> str:
-        text = self.partial
-        self.partial_parts = []
-        return text
 
 
 def user_message(parts: tuple[ContentPart, ...]) -> Message:
@@ -98,13 +67,16 @@ def user_message(parts: tuple[ContentPart, ...]) -> Message:
     return Message(role="user", content="", parts=parts)
 
 
-async def execute_run(session: Session, run: ActiveRun) -> None:
+async def execute_run(session: RunSession, run: ActiveRun) -> None:
     job = run.job
     ids: Ids = {"session_id": session.id, "run_id": job.run_id, "request_id": job.request_id}
     state = RunState()
+    observers = session.host.observers
+    observers.run_started(run.facts)
     try:
         await _prepare(session, job)
     except KernelError as exc:
+        observers.run_ended(run.facts, "failed", exc.code)
         await session.emit(RunStarted(**ids, agent_id=session.agent.agent_id(), regenerate=job.regenerate))
         await session.emit(RunFailed(**ids, error=exc.info()))
         return
@@ -135,6 +107,8 @@ async def execute_run(session: Session, run: ActiveRun) -> None:
     with anyio.CancelScope(shield=True):
         await session.persist(state.new_messages)
         session.usage = session.usage + state.usage
+        # Told before the last event: a client that sees the run end finds it counted.
+        observers.run_ended(run.facts, _outcome(stop, error), error.code if error is not None else None)
         if error is not None:
             await session.emit(RunFailed(**ids, error=error, text=state.text, usage=state.usage))
             return
@@ -144,6 +118,7 @@ async def execute_run(session: Session, run: ActiveRun) -> None:
                 text=state.text,
                 usage=state.usage,
                 interrupted=interrupted,
+                interrupt_cause=run.cause if interrupted else None,
                 stop_reason=stop,
                 iterations=state.iterations,
                 tool_calls=state.tool_calls,
@@ -154,7 +129,15 @@ async def execute_run(session: Session, run: ActiveRun) -> None:
         )
 
 
-async def _prepare(session: Session, job: RunJob) -> None:
+def _outcome(stop: StopReason, error: ErrorInfo | None) -> RunOutcome:
+    if error is not None:
+        return "failed"
+    if stop == "interrupted":
+        return "interrupted"
+    return "limit" if stop in ("turn_limit", "tool_iterations") else "completed"
+
+
+async def _prepare(session: RunSession, job: RunJob) -> None:
     if job.regenerate:
         last_user = max((i for i, m in enumerate(session.context) if m.role == "user"), default=None)
         if last_user is None:
@@ -173,12 +156,12 @@ async def _prepare(session: Session, job: RunJob) -> None:
     await session.persist([user_message(job.parts)])
 
 
-async def _loop(session: Session, run: ActiveRun, state: RunState, ids: Ids) -> StopReason:
-    kernel = session.kernel
+async def _loop(session: RunSession, run: ActiveRun, state: RunState, ids: Ids) -> StopReason:
+    host = session.host
     agent = session.agent
     options = run.job.options
     policy = options.approval or ApprovalPolicy()
-    provider = kernel.provider_for(agent)
+    provider = host.provider_for(agent)
     tools = ToolRunner(session, run, state, ids, policy) if options.use_tools or options.client_tools else None
     max_iterations = options.max_tool_iterations or agent.max_tool_iterations
     max_turns = session.turn_limit
@@ -186,20 +169,24 @@ async def _loop(session: Session, run: ActiveRun, state: RunState, ids: Ids) -> 
         # A run interrupted before its first model call must not reach the provider at all.
         await anyio.lowlevel.checkpoint_if_cancelled()
         if max_turns > 0 and session.turns >= max_turns:
-            if not await _confirm_turns(session, policy, ids, max_turns):
+            if not await _confirm_turns(session, policy, ids, max_turns, run.facts):
                 return "turn_limit"
         session.turns += 1
         state.iterations = iteration
         await session.emit(TurnStarted(**ids, turn=session.turns, iteration=iteration))
+        specs, choice = _tool_choice(options, tools.specs() if tools is not None else (), first=iteration == 0)
         request = ProviderRequest(
             model=options.model or session.model_override or agent.model or provider.model,
             messages=_window(session, options),
-            tools=tools.specs() if tools is not None else (),
+            tools=specs,
             max_tokens=options.max_tokens,
             temperature=options.temperature,
             stream=options.stream,
+            output_format=options.output_format,
+            tool_choice=choice,
+            parallel_tool_calls=options.parallel_tool_calls if specs else None,
         )
-        calls, finish = await _stream(session, provider, request, state, ids)
+        calls, finish = await _model_call(session, provider, request, state, ids, run.facts)
         text = state.take_partial()
         state.text += text
         if not calls:
@@ -224,7 +211,7 @@ async def _loop(session: Session, run: ActiveRun, state: RunState, ids: Ids) -> 
     return "tool_iterations"
 
 
-def _window(session: Session, options: PromptOptions) -> tuple[Message, ...]:
+def _window(session: RunSession, options: PromptOptions) -> tuple[Message, ...]:
     agent = session.agent
     limit = options.max_context_messages or agent.max_context_messages
     window = session.context[-limit:] if limit > 0 else []
@@ -272,17 +259,52 @@ def _model_view(message: Message) -> Message:
     return msgspec.structs.replace(message, parts=tuple(parts))
 
 
-async def _stream(session: Session, provider: Provider, request: ProviderRequest, state: RunState, ids: Ids) -> tuple[list[ToolCall], str | None]:
+async def _model_call(
+    session: RunSession, provider: Provider, request: ProviderRequest, state: RunState, ids: Ids, facts: RunFacts
+) -> tuple[list[ToolCall], str | None]:
+    """One model call, told to the observers as it begins and ends (with its usage, finish
+    reason or error type); the upstream request carries the trace context they chose."""
+    observers = session.host.observers
+    call = ModelCall(provider=provider.name, model=request.model, traceparent=facts.traceparent)
+    observers.model_call_started(facts, call)
+    if call.traceparent is not None:
+        request = msgspec.structs.replace(request, traceparent=call.traceparent)
+    before = state.usage
+    try:
+        calls, finish = await _stream(session, provider, request, state, ids, facts)
+    except BaseException as exc:
+        code = exc.code if isinstance(exc, ProviderError | KernelError) else "interrupted" if isinstance(exc, anyio.get_cancelled_exc_class()) else type(exc).__name__
+        call.end(usage=_spent(before, state.usage), finish_reason=None, error_type=code)
+        observers.model_call_ended(facts, call)
+        if isinstance(exc, ProviderError):
+            observers.provider_error(provider.name, exc.code)
+        raise
+    call.end(usage=_spent(before, state.usage), finish_reason=finish, error_type=None)
+    observers.model_call_ended(facts, call)
+    return calls, finish
+
+
+def _spent(before: Usage, after: Usage) -> Usage:
+    return Usage(input_tokens=after.input_tokens - before.input_tokens, output_tokens=after.output_tokens - before.output_tokens)
+
+
+async def _stream(
+    session: RunSession, provider: Provider, request: ProviderRequest, state: RunState, ids: Ids, facts: RunFacts
+) -> tuple[list[ToolCall], str | None]:
     fragments: dict[int, dict[str, str]] = {}
     finish: str | None = None
     async with aclosing(provider.stream(request)) as chunks:
         async for chunk in chunks:
             if isinstance(chunk, TextChunk):
                 if chunk.text:
+                    if facts.first_delta is None:
+                        session.host.observers.first_delta(facts)
                     state.partial_parts.append(chunk.text)
                     await session.emit(TextDelta(**ids, text=chunk.text))
             elif isinstance(chunk, ReasoningChunk):
                 if chunk.text:
+                    if facts.first_delta is None:
+                        session.host.observers.first_delta(facts)
                     await session.emit(ReasoningDelta(**ids, text=chunk.text))
             elif isinstance(chunk, ToolCallChunk):
                 slot = fragments.setdefault(chunk.index, {"id": "", "name": "", "arguments": ""})
@@ -304,15 +326,18 @@ async def _stream(session: Session, provider: Provider, request: ProviderRequest
     return calls, finish
 
 
-async def _confirm_turns(session: Session, policy: ApprovalPolicy, ids: Ids, max_turns: int) -> bool:
+async def _confirm_turns(session: RunSession, policy: ApprovalPolicy, ids: Ids, max_turns: int, facts: RunFacts) -> bool:
     """Whether the run may go past the turn limit: the policy decides, or the client."""
     decision = policy.at_turn_limit()
     if decision == "ask":
         reached = TurnLimitReached(
             **ids, current_turns=session.turns, max_turns=max_turns, reason=f"the session reached its limit of {max_turns} model turns"
         )
-        timeout_s = session.kernel.settings.session.turn_confirmation_timeout_s
-        go_on = (await session.machine.ask("turn_limit", None, timeout_s, lambda: session.emit(reached))).yes
+        timeout_s = session.host.settings.session.turn_confirmation_timeout_s
+        session.host.observers.question_asked(facts, "turn_limit")
+        answer = await session.machine.ask("turn_limit", None, timeout_s, lambda: session.emit(reached))
+        go_on = answer.yes
+        session.host.observers.question_answered(facts, "turn_limit", "timed_out" if answer.timed_out else "approved" if go_on else "rejected")
     else:
         go_on = decision == "continue"
     if go_on:
@@ -327,3 +352,23 @@ def _provider_details(exc: ProviderError) -> dict[str, object] | None:
     if exc.retry_after_s is not None:
         details["retry_after_s"] = exc.retry_after_s
     return details or None
+
+
+def _tool_choice(options: PromptOptions, specs: tuple[ToolSpec, ...], *, first: bool) -> tuple[tuple[ToolSpec, ...], ToolChoice | None]:
+    """The tools of one model call and how it must use them.
+
+    The request's choice binds the run's first call only; later calls are free (``auto``),
+    or the model could never answer after the forced call's result. ``none`` offers no tool
+    at all, so no later call exists. A choice the offered tools cannot meet is refused
+    before any model call, as the upstream would refuse it.
+    """
+    choice = options.tool_choice
+    if choice is None or choice.mode == "auto" or not first:
+        return specs, None
+    if choice.mode == "none":
+        return (), None
+    if not specs:
+        raise KernelError("invalid_request", f"tool_choice {choice.mode!r} needs tools, and the run offers none")
+    if choice.mode == "tool" and choice.name not in {spec.name for spec in specs}:
+        raise KernelError("invalid_request", f"tool_choice names the tool {choice.name!r}, which the run does not offer")
+    return specs, choice

@@ -18,15 +18,29 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
+from .host import seq_key
 from .hub import EventHub
 from .jobs import ActiveRun, HistoryJob, Job, RunJob
-from .model import ContextCleared, Event, FileAccess, KernelError, Message, ReasoningDelta, SessionInfo, TextDelta, ToolSource, Usage, parts_text
+from .model import (
+    ContextCleared,
+    Event,
+    FileAccess,
+    InterruptCause,
+    KernelError,
+    Message,
+    ReasoningDelta,
+    SessionInfo,
+    TextDelta,
+    ToolSource,
+    Usage,
+    parts_text,
+)
 from .run import execute_run
-from .settings import AgentSettings
 from .state import Answer, QuestionKind, SessionMachine
 
 if TYPE_CHECKING:
-    from .kernel import Kernel
+    from .host import SessionHost
+    from .settings import AgentSettings
 
 log = logging.getLogger("gateway.kernel")
 
@@ -44,10 +58,10 @@ def title_of(message: Message) -> str | None:
 
 class Session:
     def __init__(
-        self, kernel: Kernel, session_id: str, agent: AgentSettings, *, label: str | None, created_at: float, ephemeral: bool = False
+        self, host: SessionHost, session_id: str, agent: AgentSettings, *, label: str | None, created_at: float, ephemeral: bool = False
     ) -> None:
-        cfg = kernel.settings.session
-        self.kernel = kernel
+        cfg = host.settings.session
+        self.host = host
         self.id = session_id
         self.agent = agent
         self.label = label
@@ -82,6 +96,7 @@ class Session:
         self._inbox_size = cfg.inbox_size
         self._wake = anyio.Event()
         self.closing = False
+        self.closing_cause: InterruptCause = "client"
         self._first_delta = False
         self._idle = anyio.Event()
         self._idle.set()
@@ -119,7 +134,7 @@ class Session:
     @property
     def model(self) -> str:
         """The model the next run uses (a request's own ``model`` option aside)."""
-        return self.model_override or self.agent.model or self.kernel.agent_info(self.agent).model
+        return self.model_override or self.agent.model or self.host.agent_info(self.agent).model
 
     @property
     def turn_limit(self) -> int:
@@ -196,11 +211,11 @@ class Session:
                     self._inbox.popleft()
 
     async def _run(self, job: RunJob) -> None:
-        run = self.active = ActiveRun(job)
+        run = self.active = ActiveRun(job, session_id=self.id, agent=self.agent.agent_id())
         self._inbox.popleft()
         if job.interrupted or self.closing:
             # Accepted before the interrupt arrived: it still ends, once, as interrupted.
-            run.interrupt()
+            run.interrupt(job.interrupt_cause if job.interrupted else self.closing_cause)
         self.machine.move("start_run")
         self._first_delta = True
         try:
@@ -243,40 +258,45 @@ class Session:
 
     # -------------------------------------------------------------- acting at once
 
-    def interrupt(self, *, closing: bool = False, run_id: str | None = None, request_id: str | None = None) -> bool:
+    def interrupt(
+        self, *, closing: bool = False, run_id: str | None = None, request_id: str | None = None, cause: InterruptCause = "client"
+    ) -> bool:
         """Stop a run; False when there is none to stop.
 
         With neither id: the active run, or else the next queued one (accepted but not
         started: it ends as interrupted without a model call). With ``run_id`` or
         ``request_id``: that run only, active or queued (an error if there is none).
-        ``closing`` (shutdown, the client left) ends every accepted run.
+        ``closing`` (shutdown, the client left) ends every accepted run. ``cause`` is why
+        (the client, a dialect's timeout, the gateway draining or shutting down): it
+        travels on the run's ``run_finished`` so every dialect ends it in its failure form.
         """
-        self.closing = self.closing or closing
+        if closing and not self.closing:
+            self.closing, self.closing_cause = True, cause
         queued = [job for job in self._inbox if isinstance(job, RunJob) and not job.interrupted]
         if closing:
             for job in queued:
-                job.interrupted = True
+                job.interrupt(cause)
             if self.active is not None:
-                self.active.interrupt()
+                self.active.interrupt(cause)
             return bool(queued) or self.active is not None
         if run_id is not None or request_id is not None:
             def wanted(job: RunJob) -> bool:
                 return (run_id is None or job.run_id == run_id) and (request_id is None or job.request_id == request_id)
 
             if self.active is not None and wanted(self.active.job):
-                self.active.interrupt()
+                self.active.interrupt(cause)
                 return True
             match = next((job for job in queued if wanted(job)), None)
             if match is None:
                 which = f"run {run_id}" if run_id is not None else f"the run of request {request_id}"
                 raise KernelError("invalid_request", f"{which} is not running")
-            match.interrupted = True
+            match.interrupt(cause)
             return True
         if self.active is not None:
-            self.active.interrupt()
+            self.active.interrupt(cause)
             return True
         if queued:
-            queued[0].interrupted = True
+            queued[0].interrupt(cause)
             return True
         return False
 
@@ -290,7 +310,7 @@ class Session:
         self.context[:] = messages
         self.updated_at = time.time()
         if not self.ephemeral:
-            await self.kernel.store.replace_messages(self.id, self.context)
+            await self.host.store.replace_messages(self.id, self.context)
 
     async def persist(self, messages: list[Message]) -> None:
         """Append to the context and the store before anything is acknowledged."""
@@ -298,21 +318,24 @@ class Session:
             return
         now = time.time()
         stamped = [m if m.created_at else msgspec.structs.replace(m, created_at=now) for m in messages]
+        if self.active is not None:  # a run's messages say which run stored them (Message.run_id)
+            run = self.active
+            stamped = [msgspec.structs.replace(m, run_id=run.job.run_id, request_id=run.job.request_id, interrupted=run.interrupted) for m in stamped]
         self.context.extend(stamped)
         self.updated_at = now
         if self.title is None:
             self.title = next((title_of(m) for m in stamped if m.role == "user"), None)
             if self.title is not None and not self.ephemeral:
-                await self.kernel.store.set_title(self.id, self.title)
-        cap = self.kernel.settings.session.history_cap
+                await self.host.store.set_title(self.id, self.title)
+        cap = self.host.settings.session.history_cap
         if len(self.context) > cap:
             del self.context[: len(self.context) - cap]
         if not self.ephemeral:
-            await self.kernel.store.append_messages(self.id, stamped, cap)
-            if self.kernel.cluster is not None:  # how far the seqs went, for whoever takes it over
-                await self.kernel.store.set_value(f"seq:{self.id}", str(self.hub.last_seq).encode())
+            await self.host.store.append_messages(self.id, stamped, cap)
+            if self.host.clustered:  # how far the seqs went, for whoever takes it over
+                await self.host.store.set_value(seq_key(self.id), str(self.hub.last_seq).encode())
 
     async def history(self, limit: int) -> list[Message]:
         if self.ephemeral:
             return self.context[-limit:]
-        return await self.kernel.store.load_messages(self.id, limit)
+        return await self.host.store.load_messages(self.id, limit)

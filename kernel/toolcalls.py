@@ -11,48 +11,30 @@ ended travels as data (:data:`~kernel.model.ToolOutcome`) on the event and the m
 
 from __future__ import annotations
 
-import logging
+import time
 from typing import TYPE_CHECKING, Any, Literal
 
-import anyio
 import msgspec
 
-from .jobs import ActiveRun
+from .jobs import ActiveRun, Ids, RunState
 from .model import (
     REFUSED_OUTCOMES,
     ApprovalPolicy,
-    KernelError,
     Message,
     ToolApprovalRequested,
     ToolCall,
     ToolCallStarted,
-    ToolOutcome,
     ToolResult,
 )
 from .provider import ToolSpec
-from .tools import Tool, ToolContext, ToolFailure, ToolLimiter
+from .tools import Tool, ToolExecution, ToolLimiter
 
 if TYPE_CHECKING:
-    from .run import Ids, RunState
-    from .session import Session
-
-log = logging.getLogger("gateway.kernel")
+    from .host import RunSession
 
 _decode_args = msgspec.json.Decoder(dict[str, Any]).decode
 
 Decision = Literal["run", "ask", "reject"]
-
-
-class ToolExecution(msgspec.Struct, frozen=True, kw_only=True):
-    """What running (or refusing) a tool produced: the model's text, and how it ended."""
-
-    result: str
-    outcome: ToolOutcome = "ok"
-    error: str | None = None  # the bare reason of a failure or refusal
-
-    @classmethod
-    def failed(cls, outcome: ToolOutcome, error: str, prefix: str = "tool error: ") -> ToolExecution:
-        return cls(result=prefix + error, outcome=outcome, error=error)
 
 
 def decide(tool: Tool, *, remembered: bool | None, ask_before: bool, policy: ApprovalPolicy) -> Decision:
@@ -69,17 +51,17 @@ def decide(tool: Tool, *, remembered: bool | None, ask_before: bool, policy: App
 
 
 class ToolRunner:
-    def __init__(self, session: Session, run: ActiveRun, state: RunState, ids: Ids, policy: ApprovalPolicy) -> None:
+    def __init__(self, session: RunSession, run: ActiveRun, state: RunState, ids: Ids, policy: ApprovalPolicy) -> None:
         self.session = session
         self.active = run
         self.state = state
         self.ids = ids
         self.policy = policy
         options = run.job.options
-        self.tools = session.kernel.tools_for(session.agent, session) if options.use_tools else {}
+        self.tools = session.host.tools_for(session.agent, session) if options.use_tools else {}
         # The client's own tools shadow the agent's tools of the same name.
         self.client_tools = {t.name: t for t in options.client_tools}
-        self.limiter = ToolLimiter(session.kernel.settings.tools.limits)
+        self.limiter = ToolLimiter(session.host.settings.tools.limits)
         ask = options.ask_before_tool_execution
         self.ask_before = session.agent.ask_before_tool_execution if ask is None else ask
 
@@ -87,7 +69,7 @@ class ToolRunner:
         """The tools of the next model call, asked for again at each one: a tool source whose
         list changed during the run (an MCP server's ``listChanged``) is seen at once."""
         if self.active.job.options.use_tools:
-            self.tools = self.session.kernel.tools_for(self.session.agent, self.session)
+            self.tools = self.session.host.tools_for(self.session.agent, self.session)
         agent = [tool.spec() for name, tool in self.tools.items() if name not in self.client_tools]
         client = [ToolSpec(name=t.name, description=t.description, parameters=t.parameters) for t in self.client_tools.values()]
         return (*agent, *client)
@@ -125,12 +107,16 @@ class ToolRunner:
         else:
             assert tool is not None
             done = await self._approve_and_run(tool, call, decision, arguments)
-        limit = self.session.kernel.settings.tools.result_max_chars
+        limit = self.session.host.settings.tools.result_max_chars
         result = done.result
         if len(result) > limit:
             result = result[:limit] + f"\n[truncated: {len(result) - limit} more characters]"
         if done.outcome in REFUSED_OUTCOMES:
             self.state.rejected.append((call.name, result))
+            # Never run: counted with its outcome, no time spent.
+            observers = self.session.host.observers
+            observers.tool_call_started(self.active.facts, call.name, call.id)
+            observers.tool_call_ended(self.active.facts, call.name, call.id, done.outcome, 0.0)
         await self.session.emit(
             ToolResult(
                 **self.ids,
@@ -172,17 +158,28 @@ class ToolRunner:
             approved, why = await self._ask(tool, call)
             if not approved:
                 return ToolExecution.failed("rejected", _declined(call.name, why), "tool call rejected: ")
-        return await self.session.kernel.invoke_tool(tool, arguments, self.session, call_id=call.id)
+        observers, facts = self.session.host.observers, self.active.facts
+        observers.tool_call_started(facts, tool.name, call.id)
+        started, outcome = time.perf_counter(), "interrupted"
+        try:
+            done = await self.session.host.invoke_tool(tool, arguments, self.session, call_id=call.id)
+            outcome = done.outcome
+        finally:
+            observers.tool_call_ended(facts, tool.name, call.id, outcome, time.perf_counter() - started)
+        return done
 
     async def _ask(self, tool: Tool, call: ToolCall) -> tuple[bool, str | None]:
         session = self.session
         timeout = session.approval_timeout_s
         if timeout is None:
-            timeout = session.kernel.settings.session.approval_timeout_s
+            timeout = session.host.settings.session.approval_timeout_s
         asked = ToolApprovalRequested(
             **self.ids, call_id=call.id, name=call.name, arguments=call.arguments, description=tool.description, timeout_s=timeout
         )
+        observers = session.host.observers
+        observers.question_asked(self.active.facts, "tool_approval")
         answer = await session.machine.ask("tool_approval", call.id, timeout, lambda: session.emit(asked))
+        observers.question_answered(self.active.facts, "tool_approval", "timed_out" if answer.timed_out else "approved" if answer.yes else "rejected")
         if answer.timed_out:
             return False, "approval timed out"
         if answer.remember:
@@ -192,19 +189,3 @@ class ToolRunner:
 
 def _declined(name: str, why: str | None) -> str:
     return f"the user declined to run {name}" + (f" ({why})" if why else "")
-
-
-async def invoke(tool: Tool, arguments: dict[str, Any], context: ToolContext, timeout_s: float) -> ToolExecution:
-    """Run a tool's handler; expected failures become an outcome, never an exception."""
-    try:
-        with anyio.fail_after(timeout_s):
-            return ToolExecution(result=str(await tool.handler(arguments, context)))
-    except ToolFailure as exc:
-        return ToolExecution.failed("error", str(exc))
-    except KernelError as exc:
-        return ToolExecution.failed("error", exc.message)
-    except TimeoutError:
-        return ToolExecution.failed("timed_out", f"{tool.name} timed out after {timeout_s:g}s")
-    except Exception as exc:
-        log.exception("tool %s raised", tool.name)
-        return ToolExecution.failed("error", f"{type(exc).__name__}: {exc}")

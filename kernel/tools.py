@@ -7,19 +7,23 @@ from a client is exempt.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import anyio
 import msgspec
 
-from .model import FileAccess, ToolInfo
+from .model import FileAccess, KernelError, ToolInfo, ToolOutcome
 from .provider import ToolSpec
 
 if TYPE_CHECKING:
     from .store import Store
 
 Access = Literal["query", "update"]
+
+log = logging.getLogger("gateway.kernel")
 
 
 class ToolFailure(Exception):
@@ -79,3 +83,31 @@ class ToolLimiter:
             return f"{tool.category} {tool.access} limit reached ({limit} per run)"
         self._used[key] = used + 1
         return None
+
+
+class ToolExecution(msgspec.Struct, frozen=True, kw_only=True):
+    """What running (or refusing) a tool produced: the model's text, and how it ended."""
+
+    result: str
+    outcome: ToolOutcome = "ok"
+    error: str | None = None  # the bare reason of a failure or refusal
+
+    @classmethod
+    def failed(cls, outcome: ToolOutcome, error: str, prefix: str = "tool error: ") -> ToolExecution:
+        return cls(result=prefix + error, outcome=outcome, error=error)
+
+
+async def invoke(tool: Tool, arguments: dict[str, Any], context: ToolContext, timeout_s: float) -> ToolExecution:
+    """Run a tool's handler; expected failures become an outcome, never an exception."""
+    try:
+        with anyio.fail_after(timeout_s):
+            return ToolExecution(result=str(await tool.handler(arguments, context)))
+    except ToolFailure as exc:
+        return ToolExecution.failed("error", str(exc))
+    except KernelError as exc:
+        return ToolExecution.failed("error", exc.message)
+    except TimeoutError:
+        return ToolExecution.failed("timed_out", f"{tool.name} timed out after {timeout_s:g}s")
+    except Exception as exc:
+        log.exception("tool %s raised", tool.name)
+        return ToolExecution.failed("error", f"{type(exc).__name__}: {exc}")
