@@ -265,6 +265,35 @@ def approval_policy(value: ApprovalSetting, *, reason: str | None = None, unatte
     return policy
 
 
+class OutputFormat(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """The shape the run's answer must have (structured output).
+
+    ``json_schema``: a JSON document valid against ``schema`` (``name`` labels it for the
+    model; ``strict`` asks the upstream to enforce it exactly); ``json_object``: any JSON
+    object. The kernel cannot know which model call of a run gives the final answer, so
+    the format goes with every call, as with a model asked directly: a call may still use
+    tools, and only an answer without tool calls is held to the format.
+    """
+
+    type: Literal["json_schema", "json_object"]
+    name: str = "output"
+    schema: dict[str, Any] = {}
+    strict: bool | None = None
+
+
+class ToolChoice(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """How the run's *first* model call may use tools: ``auto`` (the model decides),
+    ``required`` (some tool), ``tool`` (the tool ``name``), ``none`` (no tools this run).
+
+    Only the first call is bound: once the forced call has its result, the model must be
+    free to answer (a forced tool on every call would loop until the iteration limit).
+    Forcing a tool the run does not offer is an ``invalid_request``.
+    """
+
+    mode: Literal["auto", "required", "tool", "none"] = "auto"
+    name: str | None = None
+
+
 class PromptOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Per-request overrides of the agent's defaults (Agent-CLI ``config`` and friends)."""
 
@@ -283,6 +312,12 @@ class PromptOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     stream: bool = True
     # None: every question is asked (the kernel's default, as if ``ApprovalPolicy()``).
     approval: ApprovalPolicy | None = None
+    #: Structured output: the answer's required shape (None: free text).
+    output_format: OutputFormat | None = None
+    #: Forced or forbidden tool use for the run's first model call (None: ``auto``).
+    tool_choice: ToolChoice | None = None
+    #: False: at most one tool call per model answer (None: the upstream's default).
+    parallel_tool_calls: bool | None = None
 
 
 class _Command(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True):

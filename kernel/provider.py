@@ -12,7 +12,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
-from .model import Message, Usage
+from .model import Message, OutputFormat, ToolChoice, Usage
 
 
 class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -31,6 +31,14 @@ class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
     temperature: float | None = None
     #: False: nobody needs the answer piece by piece; a provider may fetch it whole.
     stream: bool = True
+    #: The answer's required shape, on every call of a run (an answer with tool calls is free).
+    output_format: OutputFormat | None = None
+    #: Set on the run's first call only (None: the model decides); ``tools`` holds the named tool.
+    tool_choice: ToolChoice | None = None
+    #: False: at most one tool call per answer (None: the upstream's default).
+    parallel_tool_calls: bool | None = None
+    #: The W3C trace context the upstream request carries on (``traceparent`` header), if any.
+    traceparent: str | None = None
 
 
 class TextChunk(msgspec.Struct, frozen=True):

@@ -14,6 +14,10 @@ Works against OpenAI, DeepSeek, vLLM, llama.cpp, Ollama and friends through
   Each server-sent event is decoded with msgspec into Structs holding only what the
   kernel uses (``openai_wire``); a JSON completion is read the same way, also when an
   upstream sends one to a streamed request (some ignore ``stream``).
+* What the client demands of the model goes through as the upstream spells it:
+  ``response_format`` (structured output, on every call of the run), ``tool_choice``
+  (the run's first call) and ``parallel_tool_calls`` (with tools only). An upstream that
+  refuses one answers 400, an ``invalid_request`` — never retried without it.
 * The response is closed in a shielded ``finally``: when the consumer is cancelled (an
   interrupt) or closes the generator, the upstream HTTP response is closed at once
   instead of generating until garbage collection. After ``[DONE]`` the rest of the body
@@ -57,11 +61,18 @@ from kernel import (
     ToolSpec,
     mask_secret,
 )
-from kernel.model import FilePart, ImagePart, Message, TextPart
+from kernel.model import FilePart, ImagePart, Message, OutputFormat, TextPart, ToolChoice
 
 from .openai_wire import MAX_EVENT_BYTES, SSEData, StreamReader, UpstreamError, answer_chunks, decode_completion
 
-__all__ = ["OpenAIProvider", "provider_factory", "to_openai_messages", "to_openai_tools"]
+__all__ = [
+    "OpenAIProvider",
+    "provider_factory",
+    "to_openai_messages",
+    "to_openai_response_format",
+    "to_openai_tool_choice",
+    "to_openai_tools",
+]
 
 # Placeholder key for local OpenAI-compatible servers (llama.cpp, Ollama, vLLM) that need none.
 _NO_KEY = "sk-no-key-required"
@@ -137,6 +148,24 @@ def to_openai_tools(tools: Iterable[ToolSpec]) -> list[dict[str, Any]]:
         {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
         for t in tools
     ]
+
+
+def to_openai_tool_choice(choice: ToolChoice) -> str | dict[str, Any]:
+    """``tool_choice`` as chat completions spell it (a forced tool by its function name)."""
+    if choice.mode == "tool":
+        return {"type": "function", "function": {"name": choice.name or ""}}
+    return choice.mode
+
+
+def to_openai_response_format(fmt: OutputFormat) -> dict[str, Any]:
+    """``response_format`` for a requested output format; the upstream enforces it (or
+    refuses it with a 400, which reaches the client as its dialect's 400)."""
+    if fmt.type == "json_object":
+        return {"type": "json_object"}
+    spec: dict[str, Any] = {"name": fmt.name, "schema": fmt.schema}
+    if fmt.strict is not None:
+        spec["strict"] = fmt.strict
+    return {"type": "json_schema", "json_schema": spec}
 
 
 # ---------------------------------------------------------------- errors
@@ -248,6 +277,12 @@ class OpenAIProvider:
             body["stream_options"] = {"include_usage": True}
         if request.tools:
             body["tools"] = to_openai_tools(request.tools)
+            if request.tool_choice is not None:
+                body["tool_choice"] = to_openai_tool_choice(request.tool_choice)
+            if request.parallel_tool_calls is not None:
+                body["parallel_tool_calls"] = request.parallel_tool_calls
+        if request.output_format is not None:
+            body["response_format"] = to_openai_response_format(request.output_format)
         if request.max_tokens is not None:
             body["max_tokens"] = request.max_tokens
         if request.temperature is not None:

@@ -36,6 +36,12 @@ consumes the next one; the last one repeats (so ``[Reply.echo()]`` echoes foreve
 * ``echo(words_per_s=None, repeat=1)`` (same as ``Reply.echo_reply(...)``): streams the
   last user message (``repeat`` times) back in word chunks, paced at ``words_per_s`` when
   given, for benchmarks and smoke tests.
+* Like a real model, every reply honours what the request demands (``_as_a_model_would``):
+  a forced ``tool_choice`` calls that function (``"required"``: the first tool) with a
+  minimal instance of its parameters unless the script calls a tool anyway; ``"none"``
+  drops the scripted calls; ``response_format`` turns a text answer into a JSON instance
+  of the schema (``json_schema``) or an object (``json_object``). To refuse a format as some
+  upstreams do, script ``Reply.error(400, "response_format ... not supported")``.
 * ``Reply.raw(pieces, content_type=..., headers=...)``: a 200 answer whose body is exactly these bytes,
   one write each, whatever the request asked for (line ends, odd events, an error event
   inside the stream, a JSON answer to a streamed request).
@@ -65,13 +71,15 @@ import re
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import anyio
 import msgspec
 import sniffio
 from hypercorn.config import Config
+
+from plugins.providers.schema_instance import instance
 
 __all__ = ["Disconnect", "FakeOpenAIServer", "Reply", "ToolCallScript", "echo", "fake_openai_server"]
 
@@ -225,7 +233,38 @@ class _Plan(msgspec.Struct):
     delay_s: float
 
 
+def _as_a_model_would(reply: Reply, body: dict[str, Any]) -> Reply:
+    """The scripted reply, bent to what the request demands, as a real model bends:
+    a forced ``tool_choice`` (the named function, or the first tool for ``"required"``) is
+    called with a minimal instance of its parameters when the script calls no tool; with
+    ``"none"`` no tool is called; a ``response_format`` makes a text answer a JSON instance
+    of its schema (``json_schema``) or a JSON object (``json_object``)."""
+    choice = body.get("tool_choice")
+    tools = [t.get("function") or {} for t in body.get("tools") or [] if isinstance(t, dict)]
+    if choice == "none" and reply.tool_calls:
+        reply = replace(reply, tool_calls=(), finish_reason=None)
+    forced = None
+    if isinstance(choice, dict):
+        forced = next((t for t in tools if t.get("name") == (choice.get("function") or {}).get("name")), None)
+    elif choice == "required" and tools:
+        forced = tools[0]
+    if forced is not None and not reply.tool_calls:
+        arguments = _encode(instance(forced.get("parameters") or {"type": "object"})).decode()
+        return replace(reply, text="", echo=False, tool_calls=(ToolCallScript(name=str(forced.get("name")), arguments=arguments),), finish_reason=None)
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict) and not reply.tool_calls:
+        if fmt.get("type") == "json_schema":
+            text = _encode(instance((fmt.get("json_schema") or {}).get("schema") or {})).decode()
+        elif fmt.get("type") == "json_object":
+            text = _encode({"answer": reply.text}).decode()
+        else:
+            return reply
+        return replace(reply, text=text, echo=False)
+    return reply
+
+
 def _plan(reply: Reply, body: dict[str, Any]) -> _Plan:
+    reply = _as_a_model_would(reply, body)
     deltas: list[dict[str, Any]] = []
     delay = reply.delay_s
     if reply.echo:
