@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import anyio
 from anyio.abc import TaskStatus
 
 from . import model as m
 from .model import ErrorInfo, Event, KernelError, RunFailed, RunStarted, SubscriberLagged
-
-if TYPE_CHECKING:
-    from .kernel import Kernel
 
 log = logging.getLogger("gateway.cluster")
 
@@ -81,11 +79,17 @@ class Cluster(Protocol):
     async def owner(self, session_id: str) -> str | None:
         """The instance holding the session's lease, if any (nothing is claimed)."""
 
+    async def ping(self) -> None:
+        """Return once the cluster's backend answers (readiness); raise KernelError if not."""
+
     async def release(self, session_id: str) -> None:
         """Give the lease up (the session was unloaded here)."""
 
     async def forward(self, owner: str, command: m.Command) -> m.Reply:
-        """The owner's reply to ``command``; its KernelError is raised here."""
+        """The owner's reply to ``command``; its KernelError is raised here. The wait is
+        bounded by the owner's lease: when the lease expires (or moves) before the owner took
+        the command, the command is withdrawn and ``unavailable`` raised, so the session is
+        taken over after ``lease_s``, not after the forward timeout."""
 
     def publish(self, event: Event) -> None:
         """Mirror an event of a session owned here into the shared stream (never blocks)."""
@@ -127,8 +131,9 @@ class RemoteSubscription:
     mirrors into the stream.
     """
 
-    def __init__(self, kernel: Kernel, cluster: Cluster, session_id: str, after_seq: int, client: str | None) -> None:
-        self._kernel = kernel
+    def __init__(self, ask: Callable[[m.GetSession], Awaitable[m.SessionOpened]], cluster: Cluster, session_id: str, after_seq: int, client: str | None) -> None:
+        # ``Kernel.execute`` for GetSession: routed, so it reaches the owner or takes over.
+        self._ask = ask
         self._cluster = cluster
         self._session_id = session_id
         self._buffer: deque[Event] = deque()
@@ -215,14 +220,13 @@ class RemoteSubscription:
         to its owner — or, when the owner is gone, takes the session over here. A session
         further on than the stream shows lost events (Redis lost them): that is a gap."""
         try:
-            reply = await self._kernel.execute(m.GetSession(session_id=self._session_id))
+            reply = await self._ask(m.GetSession(session_id=self._session_id))
         except KernelError as exc:
             if exc.code == "not_found":
                 self._closed = True
             else:
                 log.warning("following session %s: %s", self._session_id, exc.message)
             return
-        assert isinstance(reply, m.SessionOpened)
         if reply.session.last_seq <= self._read_seq:
             return
         try:

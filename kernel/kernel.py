@@ -14,23 +14,27 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, overload
 
 import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
 from . import model as m
-from .cluster import ROUTED, Cluster, RemoteSubscription, owner_lost
+from .access import Access, acting_as, acting_principal, filter_reply
+from .cluster import Cluster, RemoteSubscription
 from .commands import CommandContext, SlashCommand
 from .files import WorkspaceFiles
-from .host import ToolScope, seq_key
+from .host import ToolScope
 from .hub import Subscription
 from .jobs import HistoryJob
+from .keys import Keyring
 from .observe import ObserverFactory, Observers
+from .overrides import SETTINGS_KEY, SettingsOverrides
 from .provider import Provider
+from .routing import ClusterRouting, draining_error
 from .session import Session
-from .settings import AgentSettings, Settings, check_depth, drop_masked_secrets, mask_secrets, merge, to_data, validate
+from .settings import AgentSettings, Settings, mask_secrets, to_data
 from .state import Answer
 from .store import SessionRecord, SQLiteStore, Store
 from .tools import Tool, ToolContext, ToolExecution, invoke
@@ -40,17 +44,12 @@ log = logging.getLogger("gateway.kernel")
 ProviderFactory = Callable[[Settings], Provider]
 
 
-#: Events of a session read back when another instance's session is taken over.
-TAKEOVER_TAIL = 256
 #: How often a drain looks for sessions whose runs ended (to give their leases up).
 DRAIN_POLL_S = 0.05
 #: The longest a readiness check waits for the store or the cluster.
 READY_CHECK_S = 2.0
-#: How often a command refused by a draining owner checks whether it gave the lease up.
-HANDOVER_POLL_S = 0.1
 #: Commands that start a run: refused while draining.
 RUN_COMMANDS = (m.Prompt, m.Regenerate, m.Continue)
-SETTINGS_KEY = "settings.overrides"
 
 
 def gateway_version() -> str:
@@ -94,28 +93,28 @@ class Kernel:
         self._retired_providers: list[Provider] = []
         self._task_group: TaskGroup | None = None
         self._session_lock = anyio.Lock()
-        self._overrides: dict[str, Any] = {}
+        # Settings changed by clients, kept in the store (kernel/overrides.py).
+        self._overrides = SettingsOverrides(self.store)
         # Draining (SIGTERM): new runs are refused, readiness is off, runs in flight go on.
         self.draining = False
         # Set when the drain is over and the gateway stops: commands still waiting on another
         # instance give up with a clear ``draining`` error instead of being cut mid-request.
         self.stopping = anyio.Event()
-        # One settings change at a time: each reads the settings the previous one left.
-        self._settings_lock = anyio.Lock()
         # Telemetry (metrics, traces): told the facts of every run (kernel/observe.py).
         self.observers = Observers(o for o in (factory(self) for factory in observers) if o is not None)
+        # Cluster routing (kernel/routing.py): forwarding, takeover, remote subscriptions.
+        self.routing = ClusterRouting(self, cluster) if cluster is not None else None
+        # Who may do what (kernel/keys.py, kernel/access.py): the keys, ownership, scopes and
+        # per-key limits; the meter counts each key's tokens from its runs' model calls.
+        self.keys = Keyring(self.store, settings.auth)
+        self.access = Access(self)
+        self.observers = Observers((*self.observers.all, self.access.meter))
 
     # -------------------------------------------------------------- lifecycle
 
     async def __aenter__(self) -> Kernel:
         await self.store.open()
-        stored = await self.store.get_value(SETTINGS_KEY)
-        if stored:
-            self._overrides = msgspec.json.decode(stored, type=dict[str, Any])
-            try:
-                self.settings = validate(merge(to_data(self.settings), self._overrides))
-            except m.KernelError as exc:
-                log.warning("ignoring stored settings overrides: %s", exc.message)
+        self.settings = await self._overrides.load(self.settings)
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
         if self.cluster is not None:
@@ -304,14 +303,16 @@ class Kernel:
         never listed): a throw-away conversation such as one OpenAI-compatible request.
         """
         if ephemeral:
-            return self._start(Session(self, session_id or uuid.uuid4().hex, self.agent(agent_id), label=label, created_at=time.time(), ephemeral=True))
+            throwaway = Session(self, session_id or uuid.uuid4().hex, self.agent(agent_id), label=label, created_at=time.time(), ephemeral=True)
+            throwaway.owner = acting_principal().name
+            return self._start(throwaway)
         if session_id is not None and session_id in self.sessions:
             return self.sessions[session_id]
         async with self._session_lock:
             if session_id is not None and session_id in self.sessions:
                 return self.sessions[session_id]
             if self.draining and self.cluster is not None:  # leases are given up now, not taken
-                raise self._draining_error()
+                raise draining_error()
             record = await self.store.get_session(session_id) if session_id else None
             if record is None:
                 if not create:
@@ -322,6 +323,7 @@ class Kernel:
                     agent_id=agent.agent_id(),
                     label=label,
                     created_at=time.time(),
+                    owner=acting_principal().name,
                 )
                 await self.store.save_session(record)
                 messages: list[m.Message] = []
@@ -330,25 +332,12 @@ class Kernel:
                 messages = await self.store.load_messages(record.session_id, self.settings.session.history_cap)
             session = Session(self, record.session_id, agent, label=record.label, created_at=record.created_at)
             session.title = record.title
+            session.owner = record.owner
             session.updated_at = record.updated_at or record.created_at
             session.context.extend(messages)
-            if self.cluster is not None:
-                await self._take_over(self.cluster, session)
+            if self.routing is not None:
+                await self.routing.take_over(session)
             return self._start(session)
-
-    async def _take_over(self, cluster: Cluster, session: Session) -> None:
-        """A session loaded here in a cluster: this instance holds its lease, its seq goes on
-        from the shared stream, and a run a previous owner left in flight ends as ``owner_lost``."""
-        if await cluster.claim(session.id) is not None:
-            raise m.KernelError("unavailable", f"session {session.id} is run by another gateway instance")
-        tail = await cluster.tail(session.id, TAKEOVER_TAIL)
-        stored = await self.store.get_value(seq_key(session.id))
-        floor = int(stored) if stored else 0
-        session.hub.last_seq = max(session.hub.last_seq, floor, tail[-1].seq if tail else 0)
-        session.hub.mirror = cluster.publish
-        lost = owner_lost(tail)
-        if lost is not None:
-            await session.emit(lost)
 
     def _start(self, session: Session) -> Session:
         if session.id in self.sessions:
@@ -384,20 +373,28 @@ class Kernel:
             return self.agent(None)
 
     async def subscribe(
-        self, session_id: str, after_seq: int | None = None, *, buffer_size: int | None = None, client: str | None = None
+        self, session_id: str, after_seq: int | None = None, *, buffer_size: int | None = None, client: str | None = None,
+        caller: m.Caller = m.LOCAL_CALLER,
     ) -> Subscription | RemoteSubscription:
-        cluster = self.cluster
-        if cluster is not None and session_id not in self.sessions:
-            owner = await cluster.claim(session_id)
-            if owner is not None:
-                if after_seq is None:  # from now on: the stream's end
-                    tail = await cluster.tail(session_id, 1)
-                    after_seq = tail[-1].seq if tail else 0
-                remote = RemoteSubscription(self, cluster, session_id, after_seq, client)
-                await remote.prime()
-                return remote
+        """Follow a session's events (after ``after_seq``, else from now on). ``caller`` needs
+        the ``read`` scope and to own the session: another's answers as a missing one."""
+        await self.access.admit(caller, m.GetSession(session_id=session_id))
+        await self.access.check(caller, m.GetSession(session_id=session_id))
+        remote = await self.routing.remote_subscription(session_id, after_seq, client) if self.routing is not None else None
+        if remote is not None:
+            return remote
         session = await self.session(session_id, create=False)
         return session.hub.subscribe(after_seq, buffer_size=buffer_size, client=client)
+
+    async def authenticate(self, secret: str | None) -> m.Principal | None:
+        """The principal of an API key a client presented (None: no such live key). The
+        transports' shared resolver calls it; the admin token is theirs to compare."""
+        return await self.keys.authenticate(secret)
+
+    async def keys_required(self) -> bool:
+        """Whether keys exist, so that a request without credentials is refused even on a
+        gateway without an admin token."""
+        return await self.keys.required()
 
     def lease_lost(self, session_id: str) -> None:
         """Another instance owns the session now (our lease expired): stop running it here."""
@@ -409,6 +406,53 @@ class Kernel:
 
     # -------------------------------------------------------------- commands
 
+    # One overload per command: a caller gets the precise reply type (checked at run time
+    # against REPLY_TYPES, so a reply of another type, even a peer instance's, is ``internal``).
+    @overload
+    async def execute(self, command: m.Prompt | m.Regenerate | m.Continue, caller: m.Caller = ...) -> m.Accepted: ...
+
+    @overload
+    async def execute(self, command: m.Interrupt | m.ResolveToolApproval | m.ResolveTurnLimit | m.DeleteSession | m.CloseSession, caller: m.Caller = ...) -> m.Done: ...
+
+    @overload
+    async def execute(self, command: m.ClearContext | m.SaveHistory | m.ClearHistory, caller: m.Caller = ...) -> m.Done | m.Accepted: ...
+
+    @overload
+    async def execute(self, command: m.RunCommand, caller: m.Caller = ...) -> m.CommandOutput: ...
+
+    @overload
+    async def execute(self, command: m.ExecuteTool, caller: m.Caller = ...) -> m.ToolOutput: ...
+
+    @overload
+    async def execute(self, command: m.OpenSession | m.GetSession | m.ConfigureSession, caller: m.Caller = ...) -> m.SessionOpened: ...
+
+    @overload
+    async def execute(self, command: m.ListSessions, caller: m.Caller = ...) -> m.SessionList: ...
+
+    @overload
+    async def execute(self, command: m.GetStatus, caller: m.Caller = ...) -> m.StatusReport: ...
+
+    @overload
+    async def execute(self, command: m.GetSettings | m.UpdateSettings, caller: m.Caller = ...) -> m.SettingsView: ...
+
+    @overload
+    async def execute(self, command: m.GetHistory, caller: m.Caller = ...) -> m.HistoryView: ...
+
+    @overload
+    async def execute(self, command: m.ListAgents, caller: m.Caller = ...) -> m.AgentList: ...
+
+    @overload
+    async def execute(self, command: m.ListCommands, caller: m.Caller = ...) -> m.CommandList: ...
+
+    @overload
+    async def execute(self, command: m.ListTools, caller: m.Caller = ...) -> m.ToolList: ...
+
+    @overload
+    async def execute(self, command: m.ListModels, caller: m.Caller = ...) -> m.ModelList: ...
+
+    @overload
+    async def execute(self, command: m.Command, caller: m.Caller = ...) -> m.Reply: ...
+
     async def execute(self, command: m.Command, caller: m.Caller = m.LOCAL_CALLER) -> m.Reply:
         """Carry out one command. Failures raise :class:`KernelError` with a stable code.
 
@@ -418,96 +462,39 @@ class Kernel:
         In a cluster, a command about a session that another instance owns is carried
         out there (its reply returned as if local); one whose owner is gone takes the
         session over.
+
+        The caller's key is checked here (revoked, over a limit) and, in a cluster, travels
+        with a forwarded command (:func:`~kernel.access.acting_caller`); where the command
+        is carried out, :meth:`execute_forwarded` checks scope and ownership.
         """
-        cluster = self.cluster
-        if cluster is not None and isinstance(command, ROUTED) and command.session_id is not None and command.session_id not in self.sessions:
-            if self.draining:
-                # A draining instance gives leases up and never takes one: an owner elsewhere
-                # carries the command out, else the client retries (reaching another instance).
-                owner = await cluster.owner(command.session_id)
-                if owner is None or owner == cluster.instance_id:
-                    raise self._draining_error()
-            else:
-                owner = await cluster.claim(command.session_id)
-            if owner is not None:
-                return await self._forward(cluster, owner, command)
+        await self.access.admit(caller, command)
+        with acting_as(caller):
+            reply = await self._route(command, caller)
+        if not isinstance(reply, REPLY_TYPES.get(type(command), ())):
+            raise m.KernelError("internal", f"{type(command).__name__} was answered with {type(reply).__name__}")
+        return reply
+
+    async def _route(self, command: m.Command, caller: m.Caller) -> m.Reply:
+        routed = await self.routing.route(command) if self.routing is not None else None
+        if routed is not None:
+            return routed
         return await self.execute_forwarded(command, caller)
-
-    def _draining_error(self) -> m.KernelError:
-        return m.KernelError("draining", "this gateway instance is draining (shutting down): retry, another instance or its restart will serve")
-
-    async def _forward(self, cluster: Cluster, owner: str, command: m.Command) -> m.Reply:
-        if isinstance(command, m.ConfigureSession) and (command.files is not msgspec.UNSET or command.tool_sources is not msgspec.UNSET):
-            raise m.KernelError("invalid_request", f"session {command.session_id} runs on another gateway instance: it cannot take in-process objects")
-        outcome: list[m.Reply | m.KernelError] = []
-        async with anyio.create_task_group() as waiting:
-
-            async def attempt() -> None:
-                try:
-                    outcome.append(await self._forward_once(cluster, owner, command))
-                except m.KernelError as exc:
-                    outcome.append(exc)
-                waiting.cancel_scope.cancel()
-
-            async def stop() -> None:
-                await self.stopping.wait()
-                waiting.cancel_scope.cancel()
-
-            waiting.start_soon(attempt)
-            waiting.start_soon(stop)
-        if not outcome:
-            log.warning("stopping while %s for session %s waited on instance %s: answered draining", type(command).__name__, command.session_id, owner)
-            raise m.KernelError("draining", f"this gateway instance stopped while instance {owner} had not answered for session {command.session_id}: retry")
-        if isinstance(outcome[0], m.KernelError):
-            raise outcome[0]
-        return outcome[0]
-
-    async def _forward_once(self, cluster: Cluster, owner: str, command: m.Command) -> m.Reply:
-        """The owner's reply. Its wait is bounded by the owner's lease: the cluster withdraws
-        a command whose owner's lease expires while it waits (``unavailable``), and the
-        session is taken over here then. An owner that is draining refuses (``draining``);
-        it gives the session's lease up as its run ends, and the command is carried out here."""
-        self.observers.command_forwarded()
-        try:
-            return await cluster.forward(owner, command)
-        except m.KernelError as exc:
-            if command.session_id is None:
-                raise
-            if exc.code == "draining":
-                return await self._hand_over(cluster, owner, command, exc)
-            if exc.code != "unavailable" or await cluster.claim(command.session_id) is not None:
-                raise
-            log.warning("instance %s did not answer for session %s and its lease expired: taking the session over", owner, command.session_id)
-            return await self.execute_forwarded(command)
-
-    async def _hand_over(self, cluster: Cluster, owner: str, command: m.Command, refusal: m.KernelError) -> m.Reply:
-        """The owner is draining: wait (up to the forward timeout) for it to give the lease up,
-        then carry the command out here (or at whichever instance took the session meanwhile)."""
-        assert command.session_id is not None
-        with anyio.move_on_after(self.settings.cluster.forward_timeout_s):
-            while True:
-                now = await cluster.claim(command.session_id) if not self.draining else await cluster.owner(command.session_id)
-                if now is None and not self.draining:
-                    log.info("instance %s is draining: session %s continues here", owner, command.session_id)
-                    return await self.execute_forwarded(command)
-                if now is not None and now not in (owner, cluster.instance_id):
-                    return await cluster.forward(now, command)
-                if now is None:
-                    break
-                await anyio.sleep(HANDOVER_POLL_S)
-        raise refusal
 
     async def execute_forwarded(self, command: m.Command, caller: m.Caller = m.LOCAL_CALLER) -> m.Reply:
         """Carry out a command here (the cluster's callback for commands forwarded to us).
         A run's command hands its caller (transport, ``traceparent``) to the run's telemetry."""
         handler = _HANDLERS.get(type(command))
-        if handler is None:
+        run_handler = _RUN_HANDLERS.get(type(command))
+        if handler is None and run_handler is None:
             raise m.KernelError("invalid_request", f"unsupported command {type(command).__name__}")
         if self.draining and isinstance(command, RUN_COMMANDS):
-            raise self._draining_error()
-        if isinstance(command, RUN_COMMANDS):
-            return await handler(self, command, caller)
-        return await handler(self, command)
+            raise draining_error()
+        await self.access.check(caller, command)
+        with acting_as(caller):
+            if run_handler is not None:
+                return await run_handler(self, command, caller)
+            assert handler is not None
+            return filter_reply(caller.principal, await handler(self, command))
 
     async def _start_run(self, session: Session, cmd: m.Prompt | m.Regenerate | m.Continue, caller: m.Caller, **job: Any) -> m.Reply:
         problem = cmd.options.problem()
@@ -642,7 +629,7 @@ class Kernel:
                 if live
                 else m.SessionInfo(
                     session_id=r.session_id, agent_id=r.agent_id, label=r.label, title=r.title, created_at=r.created_at,
-                    updated_at=r.updated_at, message_count=r.message_count,
+                    updated_at=r.updated_at, message_count=r.message_count, owner=r.owner,
                 )
             )
         return m.SessionList(request_id=cmd.request_id, sessions=tuple(infos))
@@ -675,14 +662,10 @@ class Kernel:
     async def update_settings(self, changes: dict[str, Any]) -> None:
         """Validate, apply and persist a partial update; providers are rebuilt lazily.
         Masked secrets sent back (``sk-…abcd``) leave the real ones as they are."""
-        check_depth(changes)
-        async with self._settings_lock:  # read-modify-write: concurrent changes all survive
-            changes = drop_masked_secrets(changes, to_data(self.settings))
-            new = validate(merge(to_data(self.settings), changes))
-            overrides = merge(self._overrides, changes)
-            await self.store.set_value(SETTINGS_KEY, msgspec.json.encode(overrides))
-            self._overrides = overrides
-            old, self.settings = self.settings, new
+        await self._overrides.apply(changes, lambda: self.settings, self._install_settings)
+
+    def _install_settings(self, new: Settings) -> None:
+        old, self.settings = self.settings, new
         if old.provider != new.provider or old.agents != new.agents:
             # Runs in flight keep streaming from the old instances; they close at exit.
             self._retired_providers.extend(self._providers.values())
@@ -725,11 +708,44 @@ class Kernel:
         return m.ModelList(request_id=cmd.request_id, models=tuple(m.ModelInfo(id=model, provider=name) for model in ids))
 
 
-_HANDLERS: dict[type, Callable[[Kernel, Any], Awaitable[m.Reply]]] = {
+#: What each command is answered with (the overloads of ``Kernel.execute`` say the same).
+REPLY_TYPES: dict[type, tuple[type, ...]] = {
+    m.Prompt: (m.Accepted,),
+    m.Regenerate: (m.Accepted,),
+    m.Continue: (m.Accepted,),
+    m.Interrupt: (m.Done,),
+    m.ResolveToolApproval: (m.Done,),
+    m.ResolveTurnLimit: (m.Done,),
+    m.DeleteSession: (m.Done,),
+    m.CloseSession: (m.Done,),
+    m.ClearContext: (m.Done, m.Accepted),
+    m.SaveHistory: (m.Done, m.Accepted),
+    m.ClearHistory: (m.Done, m.Accepted),
+    m.RunCommand: (m.CommandOutput,),
+    m.ExecuteTool: (m.ToolOutput,),
+    m.OpenSession: (m.SessionOpened,),
+    m.GetSession: (m.SessionOpened,),
+    m.ConfigureSession: (m.SessionOpened,),
+    m.ListSessions: (m.SessionList,),
+    m.GetStatus: (m.StatusReport,),
+    m.GetSettings: (m.SettingsView,),
+    m.UpdateSettings: (m.SettingsView,),
+    m.GetHistory: (m.HistoryView,),
+    m.ListAgents: (m.AgentList,),
+    m.ListCommands: (m.CommandList,),
+    m.ListTools: (m.ToolList,),
+    m.ListModels: (m.ModelList,),
+}
+
+#: The commands that start a run take its caller too (the run's transport and traceparent).
+_RUN_HANDLERS: dict[type, Callable[[Kernel, Any, m.Caller], Awaitable[m.Reply]]] = {
     m.Prompt: Kernel._prompt,
     m.Regenerate: Kernel._regenerate,
-    m.Interrupt: Kernel._interrupt,
     m.Continue: Kernel._continue,
+}
+
+_HANDLERS: dict[type, Callable[[Kernel, Any], Awaitable[m.Reply]]] = {
+    m.Interrupt: Kernel._interrupt,
     m.ClearContext: Kernel._clear,
     m.ResolveToolApproval: Kernel._approve,
     m.ResolveTurnLimit: Kernel._turns,

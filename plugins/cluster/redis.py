@@ -23,9 +23,9 @@ and everything resumes when Redis is back (the client reconnects; leases are re-
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections import deque
-from typing import Any
 
 import anyio
 import coredis
@@ -34,6 +34,7 @@ import msgspec
 from anyio.abc import TaskStatus
 from coredis.tokens import PureToken
 
+from kernel import ClusterHost
 from kernel import model as m
 
 log = logging.getLogger("gateway.cluster")
@@ -54,6 +55,9 @@ _REDIS_ERRORS = (coredis.exceptions.ConnectionError, coredis.exceptions.BusyLoad
 class Forwarded(msgspec.Struct, frozen=True):
     id: str
     command: m.Command
+    # Wall-clock time after which the sender no longer waits: an owner that finds the
+    # command later (it restarted under the same instance id) drops it instead of acting.
+    expires: float = 0.0
 
 
 class Answered(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -82,6 +86,8 @@ class RedisCluster:
         self.prefix = key_prefix
         self.lease_ms = max(int(lease_s * 1000), 100)
         self.forward_timeout_s = forward_timeout_s
+        # How often a forwarded command checks its owner's lease while it waits for the answer.
+        self.lease_check_s = min(lease_s / 5, 0.5)
         self.stream_retention = stream_retention
         self._client: coredis.Redis[bytes] = coredis.Redis.from_url(url)
         self._owned: set[str] = set()
@@ -121,7 +127,7 @@ class RedisCluster:
 
     # -------------------------------------------------------------- background
 
-    async def run(self, host: Any, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, host: ClusterHost, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with self._client, anyio.create_task_group() as tg:
             tg.start_soon(self._renew_leases, host)
             tg.start_soon(self._serve_forwarded, host, tg)
@@ -136,7 +142,7 @@ class RedisCluster:
             for session_id in list(self._owned):
                 await self.release(session_id)
 
-    async def _renew_leases(self, host: Any) -> None:
+    async def _renew_leases(self, host: ClusterHost) -> None:
         while True:
             await anyio.sleep(self.lease_ms / 3000)
             for session_id in list(self._owned):
@@ -150,7 +156,7 @@ class RedisCluster:
                     self._owned.discard(session_id)
                     host.lease_lost(session_id)
 
-    async def _serve_forwarded(self, host: Any, tg: anyio.abc.TaskGroup) -> None:
+    async def _serve_forwarded(self, host: ClusterHost, tg: anyio.abc.TaskGroup) -> None:
         inbox = self._inbox_key(self.instance_id)
         while True:
             try:
@@ -163,11 +169,14 @@ class RedisCluster:
             if popped:
                 tg.start_soon(self._answer, host, popped[1])
 
-    async def _answer(self, host: Any, payload: bytes) -> None:
+    async def _answer(self, host: ClusterHost, payload: bytes) -> None:
         try:
             request = _decode_forwarded(payload)
         except msgspec.MsgspecError as exc:
             log.warning("cluster: dropped a malformed forwarded command: %s", exc)
+            return
+        if request.expires and time.time() > request.expires:
+            log.warning("cluster: dropped a forwarded %s whose sender stopped waiting", type(request.command).__name__)
             return
         try:
             answer = Answered(reply=await host.execute_forwarded(request.command))
@@ -243,6 +252,12 @@ class RedisCluster:
             raise self._unavailable(exc) from None
         return current.decode() if current is not None else None
 
+    async def ping(self) -> None:
+        try:
+            await self._client.ping()
+        except _REDIS_ERRORS as exc:
+            raise self._unavailable(exc) from None
+
     async def release(self, session_id: str) -> None:
         self._owned.discard(session_id)
         try:
@@ -253,10 +268,27 @@ class RedisCluster:
     # -------------------------------------------------------------- commands
 
     async def forward(self, owner: str, command: m.Command) -> m.Reply:
-        request = Forwarded(id=uuid.uuid4().hex, command=command)
+        """Push the command into the owner's inbox and wait for its answer, checking the
+        owner's lease every ``lease_check_s``: once the lease is gone (or another's) and the
+        command is still in the inbox, it is taken back (``LREM``, atomic: the owner either
+        took it or never will) and ``unavailable`` is raised, so the caller takes the session
+        over within the lease, not the forward timeout."""
+        request = Forwarded(id=uuid.uuid4().hex, command=command, expires=time.time() + self.forward_timeout_s)
+        payload, inbox = _encode(request), self._inbox_key(owner)
+        lease = self._owner_key(getattr(command, "session_id", None) or "")
+        deadline = anyio.current_time() + self.forward_timeout_s
+        popped = None
         try:
-            await self._client.lpush(self._inbox_key(owner), [_encode(request)])
-            popped = await self._client.blpop([f"{self.prefix}:reply:{request.id}"], timeout=self.forward_timeout_s)
+            await self._client.lpush(inbox, [payload])
+            taken = False
+            while (left := deadline - anyio.current_time()) > 0:
+                popped = await self._client.blpop([f"{self.prefix}:reply:{request.id}"], timeout=min(left, self.lease_check_s))
+                if popped:
+                    break
+                if not taken and await self._client.get(lease) != owner.encode():
+                    if await self._client.lrem(inbox, 1, payload):
+                        raise m.KernelError("unavailable", f"the lease of gateway instance {owner} expired before it took the command")
+                    taken = True  # it took the command before its lease went: its answer may still come
         except _REDIS_ERRORS as exc:
             raise self._unavailable(exc) from None
         if not popped:

@@ -1,0 +1,184 @@
+"""Cluster routing: which instance carries a command out, and where a session's events come from.
+
+Off without a cluster. With one, a command about a session another instance owns is forwarded
+to the owner and answered through it; one whose owner is gone (its lease expired) or draining
+takes the session over here; a subscription to a remote session reads the shared stream. The
+kernel facade asks :class:`ClusterRouting` first and carries the command out itself when it
+answers None. It reaches the kernel only through :class:`RoutingHost`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
+
+import anyio
+import msgspec
+
+from . import model as m
+from .cluster import ROUTED, Cluster, RemoteSubscription, owner_lost
+from .host import seq_key
+
+if TYPE_CHECKING:
+    from .observe import Observers
+    from .session import Session
+    from .settings import Settings
+    from .store import Store
+
+log = logging.getLogger("gateway.kernel")
+
+#: Events of a session read back when another instance's session is taken over.
+TAKEOVER_TAIL = 256
+#: How often a command refused by a draining owner checks whether it gave the lease up.
+HANDOVER_POLL_S = 0.1
+
+
+def draining_error() -> m.KernelError:
+    return m.KernelError("draining", "this gateway instance is draining (shutting down): retry, another instance or its restart will serve")
+
+
+class RoutingHost(Protocol):
+    """What routing needs of the kernel: its state, and to carry a command out here."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def observers(self) -> Observers: ...
+
+    @property
+    def draining(self) -> bool: ...
+
+    @property
+    def stopping(self) -> anyio.Event: ...
+
+    @property
+    def sessions(self) -> Mapping[str, object]:
+        """The sessions loaded (owned) here."""
+        ...
+
+    async def execute_forwarded(self, command: m.Command, caller: m.Caller = m.LOCAL_CALLER) -> m.Reply: ...
+
+    async def execute(self, command: m.GetSession, caller: m.Caller = m.LOCAL_CALLER) -> m.SessionOpened:
+        """Routed (what a remote subscription asks the session's owner)."""
+        ...
+
+
+class ClusterRouting:
+    def __init__(self, host: RoutingHost, cluster: Cluster) -> None:
+        self.host = host
+        self.cluster = cluster
+
+    async def route(self, command: m.Command) -> m.Reply | None:
+        """The reply when another instance carries ``command`` out; None: carry it out here."""
+        cluster, host = self.cluster, self.host
+        if not isinstance(command, ROUTED) or command.session_id is None or command.session_id in host.sessions:
+            return None
+        if host.draining:
+            # A draining instance gives leases up and never takes one: an owner elsewhere
+            # carries the command out, else the client retries (reaching another instance).
+            owner = await cluster.owner(command.session_id)
+            if owner is None or owner == cluster.instance_id:
+                raise draining_error()
+        else:
+            owner = await cluster.claim(command.session_id)
+        if owner is None:
+            return None
+        return await self._forward(owner, command)
+
+    async def _forward(self, owner: str, command: m.Command) -> m.Reply:
+        if isinstance(command, m.ConfigureSession) and (command.files is not msgspec.UNSET or command.tool_sources is not msgspec.UNSET):
+            raise m.KernelError("invalid_request", f"session {command.session_id} runs on another gateway instance: it cannot take in-process objects")
+        outcome: list[m.Reply | m.KernelError] = []
+        async with anyio.create_task_group() as waiting:
+
+            async def attempt() -> None:
+                try:
+                    outcome.append(await self._forward_once(owner, command))
+                except m.KernelError as exc:
+                    outcome.append(exc)
+                waiting.cancel_scope.cancel()
+
+            async def stop() -> None:
+                await self.host.stopping.wait()
+                waiting.cancel_scope.cancel()
+
+            waiting.start_soon(attempt)
+            waiting.start_soon(stop)
+        if not outcome:
+            log.warning("stopping while %s for session %s waited on instance %s: answered draining", type(command).__name__, command.session_id, owner)
+            raise m.KernelError("draining", f"this gateway instance stopped while instance {owner} had not answered for session {command.session_id}: retry")
+        if isinstance(outcome[0], m.KernelError):
+            raise outcome[0]
+        return outcome[0]
+
+    async def _forward_once(self, owner: str, command: m.Command) -> m.Reply:
+        """The owner's reply. Its wait is bounded by the owner's lease: the cluster withdraws
+        a command whose owner's lease expires while it waits (``unavailable``), and the
+        session is taken over here then. An owner that is draining refuses (``draining``);
+        it gives the session's lease up as its run ends, and the command is carried out here."""
+        cluster = self.cluster
+        self.host.observers.command_forwarded()
+        try:
+            return await cluster.forward(owner, command)
+        except m.KernelError as exc:
+            if command.session_id is None:
+                raise
+            if exc.code == "draining":
+                return await self._hand_over(owner, command, exc)
+            if exc.code != "unavailable" or await cluster.claim(command.session_id) is not None:
+                raise
+            log.warning("instance %s did not answer for session %s and its lease expired: taking the session over", owner, command.session_id)
+            return await self.host.execute_forwarded(command)
+
+    async def _hand_over(self, owner: str, command: m.Command, refusal: m.KernelError) -> m.Reply:
+        """The owner is draining: wait (up to the forward timeout) for it to give the lease up,
+        then carry the command out here (or at whichever instance took the session meanwhile)."""
+        cluster, host = self.cluster, self.host
+        assert command.session_id is not None
+        with anyio.move_on_after(host.settings.cluster.forward_timeout_s):
+            while True:
+                now = await cluster.claim(command.session_id) if not host.draining else await cluster.owner(command.session_id)
+                if now is None and not host.draining:
+                    log.info("instance %s is draining: session %s continues here", owner, command.session_id)
+                    return await host.execute_forwarded(command)
+                if now is not None and now not in (owner, cluster.instance_id):
+                    return await cluster.forward(now, command)
+                if now is None:
+                    break
+                await anyio.sleep(HANDOVER_POLL_S)
+        raise refusal
+
+    async def take_over(self, session: Session) -> None:
+        """A session loaded here in a cluster: this instance holds its lease, its seq goes on
+        from the shared stream, and a run a previous owner left in flight ends as ``owner_lost``."""
+        cluster = self.cluster
+        if await cluster.claim(session.id) is not None:
+            raise m.KernelError("unavailable", f"session {session.id} is run by another gateway instance")
+        tail = await cluster.tail(session.id, TAKEOVER_TAIL)
+        stored = await self.host.store.get_value(seq_key(session.id))
+        floor = int(stored) if stored else 0
+        session.hub.last_seq = max(session.hub.last_seq, floor, tail[-1].seq if tail else 0)
+        session.hub.mirror = cluster.publish
+        lost = owner_lost(tail)
+        if lost is not None:
+            await session.emit(lost)
+
+    async def remote_subscription(self, session_id: str, after_seq: int | None, client: str | None) -> RemoteSubscription | None:
+        """The shared stream of a session another instance owns (None: it is, or becomes, ours)."""
+        cluster = self.cluster
+        if session_id in self.host.sessions:
+            return None
+        owner = await cluster.claim(session_id)
+        if owner is None:
+            return None
+        if after_seq is None:  # from now on: the stream's end
+            tail = await cluster.tail(session_id, 1)
+            after_seq = tail[-1].seq if tail else 0
+        remote = RemoteSubscription(self.host.execute, cluster, session_id, after_seq, client)
+        await remote.prime()
+        return remote
