@@ -40,6 +40,7 @@ BUILTIN_TRANSPORT_PLUGINS = (
     "transports.http.plugin",
     "transports.acp.plugin",
     "transports.agui.plugin",
+    "transports.a2a.plugin",
 )
 
 
