@@ -1,6 +1,7 @@
-"""Reading a run for an HTTP answer: the one wait both OpenAI dialects share.
+"""Reading a run for an HTTP answer: the one wait the OpenAI and Anthropic dialects share,
+and the throw-away session of a request that carries its whole conversation.
 
-An OpenAI request is answered once its run has ended (a JSON answer) or has produced
+A request is answered once its run has ended (a JSON answer) or has produced
 its first output (a stream, whose headers are held until then so that an early failure
 keeps its real HTTP status). Either wait is bounded by ``run_timeout_s`` and ends as
 soon as the client goes away, so that its run can be interrupted.
@@ -8,15 +9,19 @@ soon as the client goes away, so that its run can be interrupted.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Literal
 
 import anyio
 from anyio.abc import TaskGroup
 
-from kernel import RunFollower
+from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
 from transports.shared import Request, wait_disconnect
+
+log = logging.getLogger("gateway.http")
 
 Unanswered = Literal["gone", "timeout"]
 
@@ -74,3 +79,33 @@ async def _read(
         finally:
             watching.cancel()
     return seen, why
+
+
+@asynccontextmanager
+async def ephemeral_run(
+    kernel: Kernel,
+    *,
+    agent_id: str,
+    label: str,
+    history: Sequence[m.Message],
+    command: Callable[[str], m.Prompt | m.Continue],
+    policy: m.ApprovalPolicy,
+    caller: m.Caller,
+) -> AsyncIterator[RunFollower]:
+    """One run of a client that sends its whole conversation each time: a fresh session in
+    memory only (no disk write before the first token), the prior turns as its history, the
+    run built by ``command(session_id)`` and followed under ``policy``; the session is
+    deleted when the block ends (the kernel lets an unfinished run record its end first)."""
+    opened = await kernel.execute(m.OpenSession(agent_id=agent_id, label=label, ephemeral=True), caller)
+    session_id = opened.session.session_id
+    try:
+        if history:
+            await kernel.execute(m.SaveHistory(session_id=session_id, messages=tuple(history)), caller)
+        async with await RunFollower.start(kernel, command(session_id), policy=policy, client=caller.transport) as run:
+            yield run
+    finally:
+        with anyio.CancelScope(shield=True):
+            try:
+                await kernel.execute(m.DeleteSession(session_id=session_id), caller)
+            except KernelError as error:
+                log.debug("deleting ephemeral session %s: %s", session_id, error.message)

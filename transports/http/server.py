@@ -1,18 +1,21 @@
-"""The ``http`` transport: the ASGI app in front of two routers, and ``serve``.
+"""The ``http`` transport: the ASGI app in front of three routers, and ``serve``.
 
-Two routers share one server: the native API answers errors in the native shape, the
-OpenAI routes — chat completions, models and responses — in OpenAI's (the router's
-error shaper sees no path, so the app picks the router by path first). The routers
+Three routers share one server: the native API answers errors in the native shape, the
+OpenAI routes — chat completions, models and responses — in OpenAI's, Anthropic's
+Messages routes in Anthropic's (the router's error shaper sees no path, so the app picks
+the router by path first, and ``/v1/models`` by the ``anthropic-version`` header). The routers
 apply the shared security policy; here a browser ``Origin`` must be one of
 ``cors_origins`` (empty: CORS off, and every request carrying an ``Origin`` is
 refused; a page the server served itself — the console — is not cross-site), and
-``rate_limit_per_minute`` is the per-client-IP request limit, one count for both routers.
+``rate_limit_per_minute`` is the per-client-IP request limit, one count for all routers.
 The console (``console/``) is on the native router: its page at ``/``, its calls to the
 native API.
 """
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from typing import Any
 
 import anyio
@@ -23,6 +26,8 @@ from kernel import Kernel
 from transports.base import BannerLine
 from transports.shared import ClientLimiter, Router, page_url, resolve_token, serve_http
 
+from .anthropic import codec as anthropic_codec
+from .anthropic.routes import AnthropicApi
 from .config import HttpConfig, check_config, openai_policy
 from .console.pages import ConsolePages
 from .native import codec as native_codec
@@ -37,6 +42,24 @@ _OPENAI_PATHS = ("/v1/chat/completions", "/v1/models", "/v1/responses")
 
 def _is_openai_path(path: str) -> bool:
     return any(path == base or path.startswith(base + "/") for base in _OPENAI_PATHS)
+
+
+def _is_anthropic(scope: dict[str, Any]) -> bool:
+    """``/v1/messages[/…]``, and ``/v1/models[/…]`` asked with ``anthropic-version`` (the
+    one header every Anthropic client sends): the same path answers in either shape."""
+    path = scope["path"]
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return True
+    return (path == "/v1/models" or path.startswith("/v1/models/")) and any(name == b"anthropic-version" for name, _ in scope.get("headers", ()))
+
+
+def signing_key(token: str | None) -> bytes:
+    """The key of the Anthropic dialect's thinking signatures: derived from the token, so
+    that signatures stay valid across restarts and instances sharing it; without a token,
+    random per process (an older signature then reads as the client's own, never forged)."""
+    if token is None:
+        return secrets.token_bytes(32)
+    return hashlib.sha256(b"gateway anthropic thinking signatures\0" + token.encode()).digest()
 
 
 class HttpApp:
@@ -61,16 +84,24 @@ class HttpApp:
             kernel, keepalive_s=config.sse_keepalive_s, run_timeout_s=config.run_timeout_s, policy=policy,
             stored=ResponseStore(config.stored_responses, config.stored_responses_bytes),
         ).register(self.openai)
+        self.anthropic = Router(router_config, error_body=anthropic_codec.anthropic_error_body, cors=cors, limiter=limiter)
+        AnthropicApi(
+            kernel, keepalive_s=config.sse_keepalive_s, run_timeout_s=config.run_timeout_s, policy=policy,
+            signing_key=signing_key(self.anthropic.token),
+        ).register(self.anthropic)
         self.token = self.native.token
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        router = self.openai if scope["type"] == "http" and _is_openai_path(scope["path"]) else self.native
+        if scope["type"] == "http" and _is_anthropic(scope):
+            router = self.anthropic
+        else:
+            router = self.openai if scope["type"] == "http" and _is_openai_path(scope["path"]) else self.native
         await router(scope, receive, send)
 
 
 class HttpTransport:
     name = "http"
-    description = "REST + SSE of native kernel events; OpenAI-compatible /v1/chat/completions, /v1/responses and /v1/models"
+    description = "REST + SSE of native kernel events; OpenAI-compatible /v1/chat/completions, /v1/responses and /v1/models; Anthropic /v1/messages"
     Config = HttpConfig
 
     async def serve(

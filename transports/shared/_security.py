@@ -88,17 +88,21 @@ def cookie_value(headers: Mapping[str, str], name: str) -> str | None:
 
 
 def extract_token(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
-    """The token a client presented: ``Authorization: Bearer X`` first, then ``?token=X``,
-    then the token cookie a browser page's login set (:func:`token_cookie_name`).
+    """The token a client presented: ``Authorization: Bearer X`` first, then ``x-api-key: X``,
+    then ``?token=X``, then the token cookie a browser page's login set (:func:`token_cookie_name`).
 
-    Browsers cannot set headers on a WebSocket upgrade nor on an ``EventSource``, hence
-    the query and the cookie.
+    ``x-api-key`` is how Anthropic's clients send a key (Claude Code, the SDKs before 2.x);
+    accepted on every route, as Bearer is. Browsers cannot set headers on a WebSocket upgrade
+    nor on an ``EventSource``, hence the query and the cookie.
     """
     auth = headers.get("authorization")
     if auth:
         scheme, _, value = auth.strip().partition(" ")
         if scheme.lower() == "bearer" and value.strip():
             return value.strip()
+    api_key = headers.get("x-api-key", "").strip()
+    if api_key:
+        return api_key
     if query.get("token"):
         return query["token"]
     cookie = cookie_value(headers, token_cookie_name(headers.get("host")))

@@ -71,10 +71,11 @@ def format_comment(text: str) -> bytes:
 class SSEStream:
     """An open ``text/event-stream`` response.  Get one from :func:`open_sse`."""
 
-    def __init__(self, request: Request, keepalive_interval_s: float) -> None:
+    def __init__(self, request: Request, keepalive_interval_s: float, keepalive_frame: bytes | None = None) -> None:
         self._request = request
         self._send = request.send
         self.keepalive_interval_s = keepalive_interval_s
+        self.keepalive_frame = keepalive_frame
         self._lock = anyio.Lock(fast_acquire=True)
         self._closed = False
         self._last_write = anyio.current_time()
@@ -155,7 +156,7 @@ class SSEStream:
             wait = self._last_write + interval - anyio.current_time()
             if wait > 0:
                 await anyio.sleep(wait)
-            elif not await self.comment("keep-alive"):
+            elif not await (self._write(self.keepalive_frame) if self.keepalive_frame else self.comment("keep-alive")):
                 return
 
     async def _watch_disconnect(self, cancel_on_disconnect: bool) -> None:
@@ -180,6 +181,7 @@ async def open_sse(
     headers: Mapping[str, str] | None = None,
     cancel_on_disconnect: bool = True,
     send_timeout_s: float | None = None,
+    keepalive_frame: bytes | None = None,
 ) -> AsyncIterator[SSEStream]:
     """Start an SSE response and yield a writer; the response ends when the block exits.
 
@@ -189,6 +191,8 @@ async def open_sse(
     execution continues after the ``async with``.  ``keepalive_interval_s`` <= 0
     disables keep-alive comments.  ``send_timeout_s``: a client that does not take an
     event for this long is let go (the stream ends) instead of holding it forever.
+    ``keepalive_frame``: a formatted event sent instead of the comment, for a dialect whose
+    clients expect their own (Anthropic's ``event: ping``).
     """
     all_headers = dict(SSE_HEADERS)
     for k, v in (headers or {}).items():
@@ -201,7 +205,7 @@ async def open_sse(
             "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in all_headers.items()],
         }
     )
-    stream = SSEStream(request, keepalive_interval_s)
+    stream = SSEStream(request, keepalive_interval_s, keepalive_frame)
     stream.send_timeout_s = send_timeout_s
     tracker = tracker_for(request.scope)
     tracker.register(stream)
