@@ -280,15 +280,18 @@ async def test_errors_have_openai_shape() -> None:
         assert big.value.status_code == 413 and big.value.code == "request_too_large"
         refusals: list[tuple[dict[str, Any], str]] = [
             ({"input": ""}, "input"),
-            ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type"),
+            ({"input": "hi", "tools": [{"type": "namespace", "name": "ns", "tools": [{"type": "web_search"}]}]}, "tools[0].tools[0].type"),
             ({"input": "hi", "tools": [{"type": "function", "name": "bad name!"}]}, "tools[0].name"),
             ({"input": "hi", "background": True}, "background"),
             ({"input": "hi", "previous_response_id": "resp_x", "conversation": "s"}, "conversation"),
-            ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
+            ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].id"),
+            ({"input": [{"type": "computer_call_output", "call_id": "c"}]}, "input[0].type"),
             ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://example.invalid/a.png"}]}]}, "input[0].content[0]"),
             ({"input": [{"role": "user", "content": [{"type": "input_text"}]}]}, "input[0].content[0]"),  # its text is missing
             ({"input": [{"role": "assistant", "content": "prefill"}]}, "input"),
-            ({"input": "hi", "text": {"format": {"type": "json_object"}}}, "text.format"),
+            ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "bad name!", "schema": {}}}}, "text.format.name"),
+            ({"input": "hi", "text": {"format": {"type": "grammar"}}}, "text.format.type"),
+            ({"input": "hi", "tool_choice": {"type": "file_search"}}, "tool_choice.type"),
             ({"input": "hi", "temperature": 5}, "temperature"),
         ]
         for body, param in refusals:

@@ -159,26 +159,38 @@ def test_builder_streams_reasoning_text_and_client_calls_in_order() -> None:
     assert b.calls == {"c1": "lookup"}
 
 
+INTERRUPTED = {"text": "", "interrupted": True, "stop_reason": "interrupted"}
+
+
 @pytest.mark.parametrize(
-    ("end", "status", "last", "reason"),
+    ("end", "left", "status", "last", "reason", "code"),
     [
-        (m.RunFinished(**RUN, text="", stop_reason="max_tokens"), "incomplete", "response.incomplete", "max_output_tokens"),
-        (m.RunFinished(**RUN, text="", stop_reason="refusal"), "incomplete", "response.incomplete", "content_filter"),
-        (m.RunFinished(**RUN, text="", stop_reason="turn_limit"), "incomplete", "response.incomplete", None),
-        (m.RunFinished(**RUN, text="", interrupted=True, stop_reason="interrupted"), "cancelled", "response.incomplete", None),
-        (m.RunFailed(**RUN, error=m.ErrorInfo(code="rate_limited", message="slow")), "failed", "response.failed", None),
+        (m.RunFinished(**RUN, text="", stop_reason="max_tokens"), False, "incomplete", "response.incomplete", "max_output_tokens", None),
+        (m.RunFinished(**RUN, text="", stop_reason="refusal"), False, "incomplete", "response.incomplete", "content_filter", None),
+        (m.RunFinished(**RUN, text="", stop_reason="turn_limit"), False, "incomplete", "response.incomplete", None, None),
+        # An interrupt while the client reads (someone's Interrupt command, a drain, a
+        # timeout) is a failure it sees; only the client's own leaving is silent.
+        (m.RunFinished(**RUN, **INTERRUPTED), False, "failed", "response.failed", None, "server_error"),
+        (m.RunFinished(**RUN, **INTERRUPTED, interrupt_cause="drain"), False, "failed", "response.failed", None, "server_error"),
+        (m.RunFinished(**RUN, **INTERRUPTED, interrupt_cause="timeout"), True, "failed", "response.failed", None, "server_error"),
+        (m.RunFinished(**RUN, **INTERRUPTED, interrupt_cause="client"), True, "cancelled", "response.incomplete", None, None),
+        (m.RunFailed(**RUN, error=m.ErrorInfo(code="rate_limited", message="slow")), False, "failed", "response.failed", None, "rate_limit_exceeded"),
     ],
 )
-def test_run_ends_map_to_statuses(end: m.RunFinished | m.RunFailed, status: str, last: str, reason: str | None) -> None:
+def test_run_ends_map_to_statuses(end: m.RunFinished | m.RunFailed, left: bool, status: str, last: str, reason: str | None, code: str | None) -> None:
     b = builder()
     frames = b.feed(m.TextDelta(**RUN, text="part"))
-    events = checked([*b.opening(), *frames, *b.finish(end, completed_at=3)])
+    events = checked([*b.opening(), *frames, *b.finish(end, completed_at=3, client_left=left)])
     assert events[-1].type == last and events[-1].response.status == status
     details = events[-1].response.incomplete_details
     assert (details.reason if details else None) == reason
     assert events[-2].type == "response.output_item.done" and events[-2].item.status == ("completed" if status == "completed" else "incomplete")
-    if status == "failed":
-        assert events[-1].response.error.code == "rate_limit_exceeded" and events[-1].response.error.message == "slow"
+    error = events[-1].response.error
+    assert (error.code if error else None) == code
+    if error is not None:
+        expected = m.run_end_error(end)
+        assert expected is not None and error.message == expected.message  # the reason, as the kernel gives it
+    assert status != "completed" or m.run_end_error(end) is None
 
 
 def test_history_until_cuts_at_the_response() -> None:

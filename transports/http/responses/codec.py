@@ -20,9 +20,11 @@ import msgspec
 from kernel import JsonDecoder
 from kernel import model as m
 
-from ..openai.codec import TOOL_NAME, bad_request, data_url, invalid_field, resolve_model
+from ..openai.codec import bad_request, data_url, invalid_field, output_format, resolve_model, tool_choice
 from ..openai.wire import OpenAIError
 from . import wire as w
+from .sealed import seal
+from .tools import ToolSet, ToolTarget, custom_arguments, custom_input, tool_set
 
 _decode_request: JsonDecoder[w.ResponsesRequest] = JsonDecoder(w.ResponsesRequest)
 _encode = msgspec.json.encode
@@ -56,11 +58,13 @@ class Echo(msgspec.Struct, frozen=True, kw_only=True):
     temperature: float | None = None
     text: dict[str, Any] | None = None
     tool_choice: str | dict[str, Any] = "auto"
-    tools: tuple[w.FunctionToolOut, ...] = ()
+    tools: tuple[Any, ...] = ()
     top_p: float | None = None
     truncation: str = "disabled"
     user: str | None = None
     metadata: dict[str, str] | None = None
+    #: ``include`` asked for ``reasoning.encrypted_content``: reasoning items carry a sealed copy.
+    sealed_reasoning: bool = False
 
 
 class ResponsePlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,38 +85,49 @@ class ResponsePlan(msgspec.Struct, frozen=True, kw_only=True):
     previous_response_id: str | None
     conversation_id: str | None
     echo: Echo
+    #: The client's tools as the model sees them, and the way back to the client's names.
+    tools: ToolSet = ToolSet()
 
 
 def plan_response(
-    request: w.ResponsesRequest, agents: Sequence[m.AgentInfo], *, context_limit: int, known_calls: Mapping[str, str] | None = None
+    request: w.ResponsesRequest,
+    agents: Sequence[m.AgentInfo],
+    *,
+    context_limit: int,
+    known_calls: Mapping[str, str] | None = None,
+    references: Mapping[str, dict[str, Any]] | None = None,
 ) -> ResponsePlan | OpenAIError:
-    """``known_calls``: call id -> function name of the calls the continued response made."""
+    """``known_calls``: call id -> function name of the calls the continued response made;
+    ``references``: the stored items that ``item_reference`` inputs name (``referenced_ids``
+    lists them; one missing here is refused)."""
     if not agents:
         return OpenAIError(status=500, message="No agent is configured", type="server_error")
     refused = check_request(request)
     if refused is not None:
         return refused
-    tools = _client_tools(request.tools or [])
+    tools = tool_set(request.tools or [])
     if isinstance(tools, OpenAIError):
         return tools
     if not (request.input.strip() if isinstance(request.input, str) else request.input):
         return bad_request("input must not be empty.", param="input")
     items: list[dict[str, Any]] = [{"role": "user", "content": request.input}] if isinstance(request.input, str) else request.input
-    converted = _conversation(items, dict(known_calls or {}))
+    converted = _conversation(items, dict(known_calls or {}), _Replay(tools=tools, references=references or {}))
     if isinstance(converted, OpenAIError):
         return converted
     system, turns = converted
-    last_kind = _kind(items[-1])
-    if last_kind == "message" and items[-1].get("role") == "user":  # its turn is the last one
-        prompt = turns[-1]
-        parts = prompt.parts or ((m.TextPart(prompt.content),) if prompt.content.strip() else ())
+    last = turns[-1] if turns else None  # system and developer items may follow it
+    if last is not None and last.role == "user":
+        parts = last.parts or ((m.TextPart(last.content),) if last.content.strip() else ())
         if not parts:
-            return bad_request("The last user message is empty.", param=f"input[{len(items) - 1}].content")
+            return bad_request("The last user message is empty.", param="input")
         history, continuation = turns[:-1], False
-    elif last_kind == "function_call_output":
+    elif last is not None and last.role == "tool":
         history, parts, continuation = turns, (), True
     else:
         return bad_request("The last input item must be a user message or a function_call_output.", param="input")
+    demands = _demands(request)
+    if isinstance(demands, OpenAIError):
+        return demands
     agent, model_override = resolve_model(request.model, agents)
     offer_tools = request.tool_choice != "none"
     instructions = [request.instructions] if request.instructions else []
@@ -123,8 +138,11 @@ def plan_response(
         model=model_override,
         max_context_messages=max(context_limit, len(history) + 1),
         use_tools=offer_tools,
-        client_tools=tuple(m.ClientTool(name=t.name, description=t.description or "", parameters=t.parameters) for t in tools) if offer_tools else (),
+        client_tools=tools.offered if offer_tools else (),
         stream=bool(request.stream),
+        output_format=demands[0],
+        tool_choice=demands[1],
+        parallel_tool_calls=request.parallel_tool_calls,
     )
     conversation = request.conversation.id if isinstance(request.conversation, w.ConversationRef) else request.conversation
     store = request.store is not False
@@ -132,15 +150,31 @@ def plan_response(
         instructions=request.instructions, max_output_tokens=request.max_output_tokens,
         parallel_tool_calls=request.parallel_tool_calls is not False, previous_response_id=request.previous_response_id,
         reasoning=request.reasoning, store=store, temperature=request.temperature, text=request.text,
-        tool_choice=request.tool_choice or "auto", tools=tools, top_p=request.top_p,
+        tool_choice=request.tool_choice or "auto", tools=tools.echo, top_p=request.top_p,
         truncation=request.truncation or "disabled", user=request.user, metadata=request.metadata,
+        sealed_reasoning="reasoning.encrypted_content" in (request.include or ()),
     )
     return ResponsePlan(
         agent_id=agent.id, agent_named=model_override is None and request.model not in ("", "default"),
         response_model=request.model or agent.name, history=tuple(history), prompt_parts=parts, continuation=continuation,
         options=options, stream=bool(request.stream), store=store, previous_response_id=request.previous_response_id,
-        conversation_id=conversation, echo=echo,
+        conversation_id=conversation, echo=echo, tools=tools,
     )
+
+
+def _demands(request: w.ResponsesRequest) -> tuple[m.OutputFormat | None, m.ToolChoice | None] | OpenAIError:
+    """``text.format`` (``{"type": "json_schema", "name", "schema", "strict"}``, flat, unlike
+    chat's ``response_format``) and ``tool_choice`` (``{"type": "function", "name"}``)."""
+    fmt = (request.text or {}).get("format")
+    if fmt is not None and not isinstance(fmt, dict):
+        return bad_request("text.format must be an object.", param="text.format")
+    output = output_format(fmt.get("type", "text"), fmt, "text.format") if fmt is not None else None
+    if isinstance(output, OpenAIError):
+        return output
+    choice = tool_choice(request.tool_choice, "tool_choice", nested=False)
+    if isinstance(choice, OpenAIError):
+        return choice
+    return output, choice
 
 
 def check_request(request: w.ResponsesRequest) -> OpenAIError | None:
@@ -152,9 +186,6 @@ def check_request(request: w.ResponsesRequest) -> OpenAIError | None:
         return bad_request("Stored prompts are not supported by this gateway; send instructions and input.", param="prompt")
     if request.previous_response_id and request.conversation:
         return bad_request("Mutually exclusive parameters: give previous_response_id or conversation, not both.", param="conversation")
-    fmt = (request.text or {}).get("format")
-    if isinstance(fmt, dict) and fmt.get("type", "text") != "text":
-        return bad_request("Only text output is supported (text.format json_schema and json_object are not).", param="text.format")
     if request.temperature is not None and not 0 <= request.temperature <= 2:
         return bad_request("temperature must be between 0 and 2.", param="temperature")
     if request.max_output_tokens is not None and request.max_output_tokens < 1:
@@ -162,39 +193,72 @@ def check_request(request: w.ResponsesRequest) -> OpenAIError | None:
     return None
 
 
-def _client_tools(tools: list[dict[str, Any]]) -> tuple[w.FunctionToolOut, ...] | OpenAIError:
-    specs: list[w.FunctionToolOut] = []
-    for i, tool in enumerate(tools):
-        if tool.get("type") != "function":
-            return bad_request(f"Only tools of type 'function' are supported, not {tool.get('type')!r}.", param=f"tools[{i}].type")
-        try:
-            spec = msgspec.convert(tool, w.FunctionToolDef)
-        except msgspec.ValidationError as exc:
-            return invalid_field(exc, f"tools[{i}]")
-        if not TOOL_NAME.match(spec.name):
-            return bad_request("Tool names must be 1-64 characters of a-z, A-Z, 0-9, _ and -.", param=f"tools[{i}].name")
-        parameters = spec.parameters or {"type": "object", "properties": {}}
-        specs.append(w.FunctionToolOut(name=spec.name, description=spec.description, parameters=parameters, strict=spec.strict is not False))
-    return tuple(specs)
-
-
 def _kind(item: dict[str, Any]) -> str:
     kind = item.get("type")
     return "message" if kind is None and "role" in item else str(kind)
 
 
-def _conversation(items: list[dict[str, Any]], calls: dict[str, str]) -> tuple[list[str], list[m.Message]] | OpenAIError:
+def referenced_ids(request: w.ResponsesRequest) -> list[tuple[int, str]]:
+    """The ``item_reference`` inputs: (index, item id) of each, for the route to look up."""
+    if isinstance(request.input, str):
+        return []
+    return [(i, str(item.get("id"))) for i, item in enumerate(request.input) if item.get("type") == "item_reference"]
+
+
+def unknown_reference(index: int, item_id: str) -> OpenAIError:
+    return bad_request(
+        f"Item with id {item_id!r} not found: it is not an item of a response stored by this gateway (or it was dropped).",
+        param=f"input[{index}].id",
+    )
+
+
+def stored_item(body: bytes, item_id: str) -> dict[str, Any] | None:
+    """The output item ``item_id`` of a stored response (its JSON), as an input item."""
+    response = msgspec.json.decode(body)
+    for item in response.get("output", ()):
+        if item.get("id") == item_id:
+            return dict(item)
+    return None
+
+
+class _Replay(msgspec.Struct, frozen=True, kw_only=True):
+    """What converting the input needs besides the items: the request's tools (a replayed
+    call names the client's tool) and the items ``item_reference`` resolves to."""
+
+    tools: ToolSet
+    references: Mapping[str, dict[str, Any]]
+
+
+def _conversation(items: list[dict[str, Any]], calls: dict[str, str], replay: _Replay) -> tuple[list[str], list[m.Message]] | OpenAIError:
     """System/developer texts (the system prompt) and the other items as kernel messages.
 
-    ``function_call`` items join the assistant turn they follow, so that a turn's calls
-    and its text are one message, as the models expect; ``reasoning`` items are dropped
-    (the kernel keeps no reasoning in a conversation)."""
+    ``function_call`` and ``custom_tool_call`` items join the assistant turn they follow,
+    so that a turn's calls and its text are one message, as the models expect (a call is
+    named as the model was offered its tool: ``tools.py``). ``item_reference`` stands for
+    the stored item it names. ``reasoning`` items (Codex sends each back, sealed) stay out
+    of the conversation: the kernel's messages carry no reasoning, and chat-completions
+    upstreams have no common way to take it back (DeepSeek refuses it in the input)."""
     system: list[str] = []
     turns: list[m.Message] = []
-    for i, item in enumerate(items):
+
+    def add_call(tool_call: m.ToolCall) -> None:
+        calls[tool_call.id] = tool_call.name
+        if turns and turns[-1].role == "assistant":
+            turns[-1] = msgspec.structs.replace(turns[-1], tool_calls=(*turns[-1].tool_calls, tool_call))
+        else:
+            turns.append(m.Message(role="assistant", tool_calls=(tool_call,)))
+
+    for i, original in enumerate(items):
         where = f"input[{i}]"
+        item = original
         kind = _kind(item)
         try:
+            if kind == "item_reference":
+                reference = msgspec.convert(item, w.ItemReference)
+                found = replay.references.get(reference.id)
+                if found is None:
+                    return unknown_reference(i, reference.id)
+                item, kind = found, _kind(found)
             if kind == "message":
                 message = msgspec.convert(item, w.MessageItem)
                 parts = _parts(message.content, f"{where}.content")
@@ -215,19 +279,21 @@ def _conversation(items: list[dict[str, Any]], calls: dict[str, str]) -> tuple[l
                     turns.append(m.Message(role="user", parts=parts))
             elif kind == "function_call":
                 call = msgspec.convert(item, w.FunctionCallItem)
-                calls[call.call_id] = call.name
-                tool_call = m.ToolCall(id=call.call_id, name=call.name, arguments=call.arguments or "{}")
-                if turns and turns[-1].role == "assistant":
-                    turns[-1] = msgspec.structs.replace(turns[-1], tool_calls=(*turns[-1].tool_calls, tool_call))
-                else:
-                    turns.append(m.Message(role="assistant", tool_calls=(tool_call,)))
-            elif kind == "function_call_output":
+                name = replay.tools.model_name(call.name, call.namespace)
+                add_call(m.ToolCall(id=call.call_id, name=name, arguments=call.arguments or "{}"))
+            elif kind == "custom_tool_call":
+                custom = msgspec.convert(item, w.CustomToolCallItem)
+                name = replay.tools.model_name(custom.name, custom.namespace)
+                add_call(m.ToolCall(id=custom.call_id, name=name, arguments=custom_arguments(custom.input)))
+            elif kind in ("function_call_output", "custom_tool_call_output"):
                 result = msgspec.convert(item, w.FunctionCallOutputItem)
                 text = _output_text(result.output, f"{where}.output")
                 if isinstance(text, OpenAIError):
                     return text
                 turns.append(m.Message(role="tool", content=text, tool_call_id=result.call_id, name=calls.get(result.call_id)))
-            elif kind != "reasoning":
+            elif kind == "reasoning":
+                msgspec.convert(item, w.ReasoningItem)  # its shape is checked; its text is not replayed
+            else:
                 return bad_request(f"Unsupported input item type {kind!r}.", param=f"{where}.type")
         except msgspec.ValidationError as exc:
             return invalid_field(exc, where)
@@ -353,17 +419,33 @@ class ResponseBuilder:
     a message, reasoning after text a new reasoning item, so ``output_text`` (the
     messages' texts joined) is the run's text. A call of one of the client's tools ends
     the open item and becomes a complete ``function_call`` item at once (the kernel
-    announces its arguments whole).
+    announces its arguments whole) — or a ``custom_tool_call`` for a free-form tool —
+    under the name (and namespace) the client gave its tool.
+
+    ``client_tools``: the model-facing names of the client's tools and what each stands
+    for (a plain name: a top-level function). ``seal_key``: seals reasoning items'
+    ``encrypted_content`` when the request asked for it.
     """
 
     def __init__(
-        self, *, response_id: str, created_at: int, model: str, echo: Echo, client_tools: Sequence[str], conversation_id: str | None
+        self,
+        *,
+        response_id: str,
+        created_at: int,
+        model: str,
+        echo: Echo,
+        client_tools: Mapping[str, ToolTarget] | Sequence[str],
+        conversation_id: str | None,
+        seal_key: bytes | None = None,
     ) -> None:
         self.response_id = response_id
         self.created_at = created_at
         self.model = model
         self.echo = echo
-        self.client_tools = frozenset(client_tools)
+        self.client_tools: Mapping[str, ToolTarget] = (
+            client_tools if isinstance(client_tools, Mapping) else {name: ToolTarget(name=name) for name in client_tools}
+        )
+        self.seal_key = seal_key if echo.sealed_reasoning else None
         self.conversation_id = conversation_id
         self.output: list[w.OutputItem] = []
         self.calls: dict[str, str] = {}
@@ -462,7 +544,8 @@ class ResponseBuilder:
             ]
         else:
             summary = w.SummaryText(text)
-            done = w.Reasoning(id=item.item_id, summary=[summary], status=status)
+            sealed = seal(self.seal_key, text) if self.seal_key is not None else None
+            done = w.Reasoning(id=item.item_id, summary=[summary], status=status, encrypted_content=sealed)
             frames = [
                 self._frame(w.SummaryTextDone(summary_index=0, text=text, item_id=item_id, output_index=index)),
                 self._frame(w.SummaryPartDone(summary_index=0, part=summary, item_id=item_id, output_index=index)),
@@ -476,21 +559,34 @@ class ResponseBuilder:
             return []
         frames = self._close()
         self.calls[call.id] = call.name
-        index, item_id = len(self.output), self._next_id("fc")
-        started = w.FunctionCall(id=item_id, call_id=call.id, name=call.name, arguments="", status="in_progress")
-        done = w.FunctionCall(id=item_id, call_id=call.id, name=call.name, arguments=call.arguments)
+        target = self.client_tools.get(call.name) or ToolTarget(name=call.name)
+        index = len(self.output)
+        if target.custom:
+            item_id, text = self._next_id("ctc"), custom_input(call.arguments)
+            custom = w.CustomToolCall(id=item_id, call_id=call.id, name=target.name, input=text, namespace=target.namespace)
+            self.output.append(custom)
+            return [
+                *frames,
+                self._frame(w.ItemAdded(output_index=index, item=msgspec.structs.replace(custom, input=""))),
+                self._frame(w.CustomInputDelta(item_id=item_id, output_index=index, delta=text)),
+                self._frame(w.CustomInputDone(item_id=item_id, output_index=index, input=text)),
+                self._frame(w.ItemDone(output_index=index, item=custom)),
+            ]
+        item_id = self._next_id("fc")
+        done = w.FunctionCall(id=item_id, call_id=call.id, name=target.name, arguments=call.arguments, namespace=target.namespace)
         self.output.append(done)
         return [
             *frames,
-            self._frame(w.ItemAdded(output_index=index, item=started)),
+            self._frame(w.ItemAdded(output_index=index, item=msgspec.structs.replace(done, arguments="", status="in_progress"))),
             self._frame(w.ArgumentsDelta(item_id=item_id, output_index=index, delta=call.arguments)),
-            self._frame(w.ArgumentsDone(item_id=item_id, output_index=index, name=call.name, arguments=call.arguments)),
+            self._frame(w.ArgumentsDone(item_id=item_id, output_index=index, name=target.name, arguments=call.arguments)),
             self._frame(w.ItemDone(output_index=index, item=done)),
         ]
 
-    def finish(self, end: m.RunFinished | m.RunFailed, completed_at: int) -> list[Frame]:
-        """The run's end: the open item closed, calls not seen yet added, the last event."""
-        status, reason, error = outcome(end)
+    def finish(self, end: m.RunFinished | m.RunFailed, completed_at: int, *, client_left: bool = False) -> list[Frame]:
+        """The run's end: the open item closed, calls not seen yet added, the last event.
+        ``client_left``: the client went away first (its own cancel: see ``outcome``)."""
+        status, reason, error = outcome(end, client_left=client_left)
         frames = self._close("completed" if status == "completed" else "incomplete")
         if isinstance(end, m.RunFinished):
             for call in end.pending_tool_calls:
@@ -505,17 +601,28 @@ class ResponseBuilder:
             last = w.Completed(response=response)
         elif status == "failed":
             last = w.Failed(response=response)
-        else:  # incomplete, and cancelled (the API has no event of its own for it)
+        else:  # incomplete, and cancelled (nobody reads it: the client left)
             last = w.Incomplete(response=response)
         return [*frames, self._frame(last)]
 
 
-def outcome(end: m.RunFinished | m.RunFailed) -> tuple[w.ResponseStatus, Literal["max_output_tokens", "content_filter"] | None, w.ResponseError | None]:
-    """A run's end as the response's status, ``incomplete_details.reason`` and ``error``."""
-    if isinstance(end, m.RunFailed):
-        return "failed", None, w.ResponseError(code=_ERROR_CODES.get(end.error.code, "server_error"), message=end.error.message)
-    if end.interrupted:
-        return "cancelled", None, None
+def outcome(
+    end: m.RunFinished | m.RunFailed, *, client_left: bool = False
+) -> tuple[w.ResponseStatus, Literal["max_output_tokens", "content_filter"] | None, w.ResponseError | None]:
+    """A run's end as the response's status, ``incomplete_details.reason`` and ``error``.
+
+    An answer that is not whole (``kernel.model.run_end_error``: a failure, or an interrupt
+    by anyone, a drain, a shutdown or a timeout) is ``failed`` with the reason as its
+    error — never ``completed``; the API's ``incomplete`` reasons are only about the
+    model's own stops (``max_output_tokens``, ``content_filter``), and the SDKs accept no
+    other. The one silent end is the client's own cancel: it left, and its response is
+    recorded as ``cancelled``."""
+    error = m.run_end_error(end)
+    if error is not None:
+        if client_left and isinstance(end, m.RunFinished) and end.interrupt_cause in (None, "client"):
+            return "cancelled", None, None
+        return "failed", None, w.ResponseError(code=_ERROR_CODES.get(error.code, "server_error"), message=error.message)
+    assert isinstance(end, m.RunFinished)  # every failed run has its error
     if end.stop_reason == "max_tokens":
         return "incomplete", "max_output_tokens", None
     if end.stop_reason == "refusal":

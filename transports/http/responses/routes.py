@@ -12,20 +12,24 @@ it runs:
 * ``store: false``: in an ephemeral session (a copy, when it continues one), deleted
   when the answer is out: nothing is written.
 
-Stored responses are kept in a bounded map of this process (``stored.py``). A client
-that disconnects interrupts the run; its response ends ``cancelled``. Streams hold
-their headers until the run's first output, so that a failure before it keeps its
-HTTP status (a rate limit, as OpenAI answers it); after that a failure is
-``response.failed``.
+Stored responses are kept in a bounded map of this process (``stored.py``); an
+``item_reference`` input names an output item of one of them. A client that disconnects
+interrupts the run; its response ends ``cancelled``. Streams hold their headers until the
+run's first output, so that a failure before it keeps its HTTP status (a rate limit, as
+OpenAI answers it); after that an answer that is not whole (a failure, an interrupt, a
+drain) is ``response.failed``. Hosted tools (``web_search`` …) are left out, logged once
+per type. Reasoning items are sealed with a key of this process (``sealed.py``).
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 
@@ -68,6 +72,9 @@ class ResponsesApi:
         self.run_timeout_s = run_timeout_s
         self.policy = policy
         self.stored = stored
+        self.seal_key = secrets.token_bytes(32)
+        #: Hosted tool types already logged as left out.
+        self._hosted_logged: set[str] = set()
 
     def register(self, router: Router) -> None:
         router.post("/v1/responses")(self.create)
@@ -107,18 +114,24 @@ class ResponsesApi:
                 return _error(codec.previous_not_found(parsed.previous_response_id))
             if not previous.done:
                 return _error(codec.previous_in_progress(parsed.previous_response_id))
+        references = self._references(parsed)
+        if isinstance(references, OpenAIError):
+            return _error(references)
         agents = [self.kernel.agent_info(agent) for agent in self.kernel.settings.agents]
         plan = codec.plan_response(
-            parsed, agents, context_limit=self.kernel.settings.session.history_cap, known_calls=previous.calls if previous else None
+            parsed, agents, context_limit=self.kernel.settings.session.history_cap, known_calls=previous.calls if previous else None,
+            references=references,
         )
         if isinstance(plan, OpenAIError):
             return _error(plan)
+        self._log_hosted(plan.tools.hosted)
         response_id = f"resp_{uuid.uuid4().hex}"
         try:
             async with self._conversation(plan, previous) as session_id:
                 builder = ResponseBuilder(
                     response_id=response_id, created_at=int(time.time()), model=plan.response_model, echo=plan.echo,
-                    client_tools=[tool.name for tool in plan.options.client_tools], conversation_id=session_id if plan.store else None,
+                    client_tools={tool.name: plan.tools.targets[tool.name] for tool in plan.options.client_tools},
+                    conversation_id=session_id if plan.store else None, seal_key=self.seal_key,
                 )
                 command = codec.run_command(plan, session_id, response_id)
                 async with await RunFollower.start(self.kernel, command, policy=self.policy, client="http") as run:
@@ -136,6 +149,8 @@ class ResponsesApi:
             return _error(from_error_info(exc.info()))
 
     async def _complete(self, request: Request, run: RunFollower, builder: ResponseBuilder) -> Response:
+        """The whole answer; one that is not whole is ``status: "failed"`` with its error
+        and the partial output — or, with no output at all, the error's HTTP status."""
         seen, why = await read_run(request, run, timeout_s=self.run_timeout_s)
         if why is not None:
             return await self._unanswered(run, why)
@@ -144,8 +159,9 @@ class ResponsesApi:
         end = run.end
         assert end is not None
         await self._finish(builder, end)
-        if isinstance(end, m.RunFailed):
-            return _error(from_error_info(end.error))
+        error = m.run_end_error(end)
+        if error is not None and not builder.output:
+            return _error(from_error_info(error))
         assert builder.final is not None
         return Response(200, codec.encode(builder.final), content_type="application/json", headers=self._headers(builder))
 
@@ -153,9 +169,10 @@ class ResponsesApi:
         pending, why = await read_run(request, run, timeout_s=self.run_timeout_s, until=builder.shows)
         if why is not None:
             return await self._unanswered(run, why)
-        if isinstance(run.end, m.RunFailed) and not any(builder.shows(event) for event in pending):
+        error = m.run_end_error(run.end) if run.end is not None else None
+        if run.end is not None and error is not None and not any(builder.shows(event) for event in pending):
             await self._finish(builder, run.end)
-            return _error(from_error_info(run.end.error))
+            return _error(from_error_info(error))
         send_timeout_s = self.kernel.settings.session.lag_grace_s  # a reader that stopped is let go
         async with open_sse(request, keepalive_interval_s=self.keepalive_s, headers=self._headers(builder), send_timeout_s=send_timeout_s) as stream:
             frames = builder.opening()
@@ -173,7 +190,7 @@ class ResponsesApi:
         return None
 
     async def _unanswered(self, run: RunFollower, why: Unanswered) -> Response:
-        await run.interrupt()
+        await run.interrupt("client" if why == "gone" else "timeout")
         return _error(client_gone() if why == "gone" else run_timeout(self.run_timeout_s))
 
     @staticmethod
@@ -183,15 +200,15 @@ class ResponsesApi:
             headers["x-session-id"] = builder.conversation_id
         return headers
 
-    async def _finish(self, builder: ResponseBuilder, end: m.RunFinished | m.RunFailed) -> list[Frame]:
+    async def _finish(self, builder: ResponseBuilder, end: m.RunFinished | m.RunFailed, *, client_left: bool = False) -> list[Frame]:
         """The response's last events; a stored response is recorded first, so that a
         client reading its end can continue from it at once."""
-        frames = builder.finish(end, int(time.time()))
+        frames = builder.finish(end, int(time.time()), client_left=client_left)
         stored = self.stored.get(builder.response_id)
         if stored is None or builder.final is None:  # not stored, or deleted or dropped meanwhile
             return frames
         try:
-            latest = await self._history(stored.session_id, limit=1)
+            latest = (await self.kernel.execute(m.GetHistory(session_id=stored.session_id, limit=1))).messages
         except KernelError as exc:  # the conversation is gone: so is what continues it
             log.debug("recording response %s: %s", builder.response_id, exc.message)
             self.stored.delete(builder.response_id)
@@ -200,12 +217,14 @@ class ResponsesApi:
             StoredResponse(
                 response_id=stored.response_id, session_id=stored.session_id, body=codec.encode(builder.final), done=True,
                 last_message_at=latest[-1].created_at if latest else None, calls=dict(builder.calls),
+                item_ids=tuple(item.id for item in builder.final.output),
             )
         )
         return frames
 
     async def _settle(self, run: RunFollower, builder: ResponseBuilder) -> None:
-        """After the answer: a run its client left is interrupted, and its end recorded."""
+        """After the answer: a run its client left (or whose wait ran out) is interrupted,
+        and its end recorded."""
         if builder.final is not None:
             return
         with anyio.CancelScope(shield=True):
@@ -216,7 +235,24 @@ class ResponsesApi:
                 session_id=run.session_id, run_id=run.run_id or "", request_id=run.request_id,
                 error=m.ErrorInfo(code="internal", message=f"the run did not end within {SETTLE_S:g}s of its interrupt"),
             )
-            await self._finish(builder, end)
+            await self._finish(builder, end, client_left=True)
+
+    def _references(self, request: w.ResponsesRequest) -> dict[str, dict[str, Any]] | OpenAIError:
+        """The stored items the request's ``item_reference`` inputs name."""
+        found: dict[str, dict[str, Any]] = {}
+        for index, item_id in codec.referenced_ids(request):
+            record = self.stored.holding(item_id)
+            item = codec.stored_item(record.body, item_id) if record is not None and record.done else None
+            if item is None:
+                return codec.unknown_reference(index, item_id)
+            found[item_id] = item
+        return found
+
+    def _log_hosted(self, kinds: tuple[str, ...]) -> None:
+        for kind in kinds:
+            if kind not in self._hosted_logged and len(self._hosted_logged) < 64:  # clients choose the types: bounded
+                self._hosted_logged.add(kind)
+                log.info("responses: tools of type %r are run by OpenAI's servers, not by this gateway: not offered to the model", kind)
 
     # ---------------------------------------------------------- sessions
 
@@ -228,7 +264,6 @@ class ResponsesApi:
             session_id = in_place
         else:
             opened = await self.kernel.execute(m.OpenSession(agent_id=agent_id, label=SESSION_LABEL, ephemeral=not plan.store))
-            assert isinstance(opened, m.SessionOpened)
             session_id = opened.session.session_id
         try:
             history = (*copied, *plan.history)
@@ -247,38 +282,29 @@ class ResponsesApi:
             self._check_agent(plan, info)
             if plan.store:
                 return info.session_id, (), info.agent_id
-            return None, await self._history(info.session_id), info.agent_id
+            return None, (await self.kernel.execute(m.GetHistory(session_id=info.session_id))).messages, info.agent_id
         if previous is not None:
             info = await self._session(previous.session_id, codec.previous_not_found(previous.response_id))
             self._check_agent(plan, info)
             if plan.store:
-                latest = await self._history(info.session_id, limit=1)
+                latest = (await self.kernel.execute(m.GetHistory(session_id=info.session_id, limit=1))).messages
                 if (latest[-1].created_at if latest else None) == previous.last_message_at:
                     return info.session_id, (), info.agent_id
-            copied = codec.history_until(await self._history(info.session_id), previous.last_message_at)
+            copied = codec.history_until((await self.kernel.execute(m.GetHistory(session_id=info.session_id))).messages, previous.last_message_at)
             if copied is None:
                 raise _Refused(codec.previous_gone(previous.response_id))
             return None, copied, info.agent_id
         return None, (), plan.agent_id
 
     async def _session(self, session_id: str, missing: OpenAIError) -> m.SessionInfo:
-        try:
-            reply = await self.kernel.execute(m.GetSession(session_id=session_id))
-        except KernelError as exc:
-            if exc.code == "not_found":
-                raise _Refused(missing) from None
-            raise
-        assert isinstance(reply, m.SessionOpened)
-        return reply.session
+        info = await self.kernel.find_session(session_id)
+        if info is None:
+            raise _Refused(missing)
+        return info
 
     def _check_agent(self, plan: ResponsePlan, info: m.SessionInfo) -> None:
         if plan.agent_named and info.agent_id != plan.agent_id:
             raise _Refused(codec.other_agent(plan.response_model))
-
-    async def _history(self, session_id: str, limit: int | None = None) -> tuple[m.Message, ...]:
-        reply = await self.kernel.execute(m.GetHistory(session_id=session_id, limit=limit))
-        assert isinstance(reply, m.HistoryView)
-        return reply.messages
 
     async def _release(self, session_id: str, *, ephemeral: bool) -> None:
         """An ephemeral session is deleted; one this API created is unloaded while nobody
@@ -289,9 +315,8 @@ class ResponsesApi:
                 await self.kernel.execute(m.DeleteSession(session_id=session_id))
                 return
             reply = await self.kernel.execute(m.GetSession(session_id=session_id))
-            assert isinstance(reply, m.SessionOpened)
             info = reply.session
-            if info.label == SESSION_LABEL and info.subscribers == 0 and info.run_id is None and info.queued == 0:
+            if info.label == SESSION_LABEL and info.subscribers == 0 and not info.busy:
                 await self.kernel.execute(m.CloseSession(session_id=session_id, if_unwatched=True))
         except KernelError as error:
             log.debug("releasing session %s: %s", session_id, error.message)

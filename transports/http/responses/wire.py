@@ -46,6 +46,9 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     text: dict[str, Any] | None = None
     prompt: dict[str, Any] | None = None
     user: str | None = None
+    #: ``"reasoning.encrypted_content"``: reasoning items carry a sealed copy of their text,
+    #: for a client that keeps nothing stored (``store: false``) to send back.
+    include: list[str] | None = None
 
 
 class FunctionToolDef(msgspec.Struct, kw_only=True):
@@ -95,11 +98,36 @@ class MessageItem(msgspec.Struct, kw_only=True):
 
 
 class FunctionCallItem(msgspec.Struct, kw_only=True):
-    """An earlier ``function_call`` output item, sent back with the conversation."""
+    """An earlier ``function_call`` output item, sent back with the conversation;
+    ``namespace`` names the ``namespace`` tool holding the function (Codex)."""
 
     call_id: str
     name: str
     arguments: str = ""
+    namespace: str | None = None
+
+
+class CustomToolCallItem(msgspec.Struct, kw_only=True):
+    """An earlier ``custom_tool_call`` output item: a free-form tool's raw text input."""
+
+    call_id: str
+    name: str
+    input: str = ""
+    namespace: str | None = None
+
+
+class ReasoningItem(msgspec.Struct, kw_only=True):
+    """An earlier ``reasoning`` output item; ``encrypted_content`` is the gateway's sealed
+    copy of its text when the client asked for ``reasoning.encrypted_content``."""
+
+    id: str | None = None
+    encrypted_content: str | None = None
+
+
+class ItemReference(msgspec.Struct, kw_only=True):
+    """``{"type": "item_reference", "id"}``: an item of a stored response, by its id."""
+
+    id: str
 
 
 class FunctionCallOutputItem(msgspec.Struct, kw_only=True):
@@ -107,6 +135,28 @@ class FunctionCallOutputItem(msgspec.Struct, kw_only=True):
 
     call_id: str
     output: str | list[InputPart]
+
+
+# ---------------------------------------------------------------- tool definitions
+
+
+class NamespaceToolDef(msgspec.Struct, kw_only=True):
+    """``{"type": "namespace", "name", "tools": [function tools]}``: a group of the
+    client's functions (Codex's sub-agent tools); a call names both."""
+
+    name: str
+    description: str | None = None
+    tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
+
+
+class CustomToolDef(msgspec.Struct, kw_only=True):
+    """``{"type": "custom", "name", "description", "format"?}``: a free-form tool whose
+    one input is raw text (``format`` may constrain it with a grammar: told to the model
+    in the description, not enforced)."""
+
+    name: str
+    description: str | None = None
+    format: dict[str, Any] | None = None
 
 
 # ---------------------------------------------------------------- response object
@@ -135,15 +185,29 @@ class FunctionCall(msgspec.Struct, kw_only=True, tag="function_call", tag_field=
     name: str
     arguments: str
     status: Literal["in_progress", "completed", "incomplete"] = "completed"
+    #: The ``namespace`` tool the function belongs to (None: a top-level function).
+    namespace: str | None = None
+
+
+class CustomToolCall(msgspec.Struct, kw_only=True, tag="custom_tool_call", tag_field="type"):
+    """A call of a ``custom`` (free-form) tool: ``input`` is its raw text."""
+
+    id: str
+    call_id: str
+    name: str
+    input: str
+    namespace: str | None = None
 
 
 class Reasoning(msgspec.Struct, kw_only=True, tag="reasoning", tag_field="type"):
     id: str
     summary: list[SummaryText] = msgspec.field(default_factory=list)
     status: Literal["in_progress", "completed", "incomplete"] = "completed"
+    #: The summary's text sealed by the gateway (``include: ["reasoning.encrypted_content"]``).
+    encrypted_content: str | None = None
 
 
-OutputItem = OutputMessage | FunctionCall | Reasoning
+OutputItem = OutputMessage | FunctionCall | CustomToolCall | Reasoning
 
 
 class InputTokensDetails(msgspec.Struct, kw_only=True):
@@ -201,7 +265,8 @@ class Response(msgspec.Struct, kw_only=True):
     temperature: float | None = None
     text: dict[str, Any] = msgspec.field(default_factory=lambda: {"format": {"type": "text"}})
     tool_choice: str | dict[str, Any] = "auto"
-    tools: list[FunctionToolOut] = msgspec.field(default_factory=list)
+    #: The request's tools as offered: function tools normalised, the others as sent.
+    tools: list[Any] = msgspec.field(default_factory=list)
     top_p: float | None = None
     truncation: str = "disabled"
     usage: ResponseUsage | None = None
@@ -298,6 +363,18 @@ class ArgumentsDone(_StreamEvent, kw_only=True, tag="response.function_call_argu
     arguments: str
 
 
+class CustomInputDelta(_StreamEvent, kw_only=True, tag="response.custom_tool_call_input.delta"):
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class CustomInputDone(_StreamEvent, kw_only=True, tag="response.custom_tool_call_input.done"):
+    item_id: str
+    output_index: int
+    input: str
+
+
 class SummaryPartAdded(_StreamEvent, kw_only=True, tag="response.reasoning_summary_part.added"):
     item_id: str
     output_index: int
@@ -340,6 +417,8 @@ StreamEvent = (
     | TextDone
     | ArgumentsDelta
     | ArgumentsDone
+    | CustomInputDelta
+    | CustomInputDone
     | SummaryPartAdded
     | SummaryPartDone
     | SummaryTextDelta
