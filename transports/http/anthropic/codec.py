@@ -18,7 +18,7 @@ import math
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -173,6 +173,12 @@ def plan_messages(
     tools = client_tools(request.tools, request.tool_choice)
     if isinstance(tools, AnthropicError):
         return tools
+    choice = tool_choice(request.tool_choice)
+    if isinstance(choice, AnthropicError):
+        return choice
+    fmt = output_format((request.output_config or {}).get("format", request.output_format))
+    if isinstance(fmt, AnthropicError):
+        return fmt
     converted = conversation(request.system, request.messages, signing_key)
     if isinstance(converted, AnthropicError):
         return converted
@@ -197,6 +203,9 @@ def plan_messages(
         max_context_messages=max(context_limit, len(history) + 1),
         client_tools=tools[0],
         stream=bool(request.stream),
+        output_format=fmt,
+        tool_choice=choice[0],
+        parallel_tool_calls=choice[1],
     )
     return MessagesPlan(
         agent_id=agent.id,
@@ -228,6 +237,34 @@ def client_tools(tools: list[ToolDef] | None, choice: dict[str, Any] | None) -> 
         schema = tool.input_schema if tool.input_schema is not None else {"type": "object", "properties": {}}
         offered.append(m.ClientTool(name=tool.name, description=tool.description, parameters=schema))
     return tuple(offered), tuple(hosted)
+
+
+_CHOICES: dict[str, Literal["auto", "required", "tool", "none"]] = {"auto": "auto", "any": "required", "tool": "tool", "none": "none"}
+
+
+def tool_choice(choice: dict[str, Any] | None) -> tuple[m.ToolChoice | None, bool | None] | AnthropicError:
+    """``tool_choice`` (``auto``, ``any``: some tool, ``tool``: the tool ``name``, ``none``)
+    and whether parallel calls are allowed (``disable_parallel_tool_use``). Whether a forced
+    tool exists is the kernel's to say (it may be one of the agent's own tools)."""
+    if choice is None:
+        return None, None
+    mode = _CHOICES.get(choice.get("type"))  # type: ignore[arg-type]
+    if mode is None:
+        return bad_request("tool_choice.type: must be 'auto', 'any', 'tool' or 'none'")
+    name = choice.get("name")
+    if mode == "tool" and (not isinstance(name, str) or not name):
+        return bad_request("tool_choice.name: Field required")
+    parallel = False if choice.get("disable_parallel_tool_use") is True else None
+    return (None if mode == "auto" else m.ToolChoice(mode=mode, name=name if mode == "tool" else None)), parallel
+
+
+def output_format(value: Any) -> m.OutputFormat | AnthropicError | None:
+    """Structured output: ``{"type": "json_schema", "schema": {...}}`` (None: free text)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or value.get("type") != "json_schema" or not isinstance(value.get("schema"), dict):
+        return bad_request("output_config.format: must be {'type': 'json_schema', 'schema': {...}}")
+    return m.OutputFormat(type="json_schema", schema=value["schema"])
 
 
 def _text_of(value: str | list[dict[str, Any]], where: str) -> str | AnthropicError:

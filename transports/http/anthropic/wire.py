@@ -64,7 +64,10 @@ class MessagesRequest(msgspec.Struct, kw_only=True):
     top_k: int | None = None
     thinking: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
+    #: ``{"effort", "format"}``: ``format`` is structured output (``{"type": "json_schema", "schema"}``).
     output_config: dict[str, Any] | None = None
+    #: The same format as the structured-outputs beta sent it, before ``output_config``.
+    output_format: dict[str, Any] | None = None
 
 
 class CountTokensRequest(msgspec.Struct, kw_only=True):

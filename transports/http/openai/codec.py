@@ -197,6 +197,12 @@ def plan_chat(request: ChatRequest, agents: Sequence[m.AgentInfo], *, context_li
     tools = _client_tools(request)
     if isinstance(tools, OpenAIError):
         return tools
+    fmt = _response_format(request.response_format)
+    if isinstance(fmt, OpenAIError):
+        return fmt
+    choice = tool_choice(request.tool_choice, "tool_choice", nested=True)
+    if isinstance(choice, OpenAIError):
+        return choice
     converted = _conversation(request.messages)
     if isinstance(converted, OpenAIError):
         return converted
@@ -221,6 +227,9 @@ def plan_chat(request: ChatRequest, agents: Sequence[m.AgentInfo], *, context_li
         max_context_messages=max(context_limit, len(history) + 1),
         client_tools=tools,
         stream=bool(request.stream),
+        output_format=fmt,
+        tool_choice=choice,
+        parallel_tool_calls=request.parallel_tool_calls,
     )
     return ChatPlan(
         agent_id=agent.id,
@@ -246,6 +255,61 @@ def _client_tools(request: ChatRequest) -> tuple[m.ClientTool, ...] | OpenAIErro
         parameters = tool.function.parameters or {"type": "object", "properties": {}}
         specs.append(m.ClientTool(name=tool.function.name, description=tool.function.description, parameters=parameters))
     return tuple(specs)
+
+
+def _response_format(value: dict[str, Any] | None) -> m.OutputFormat | OpenAIError | None:
+    """``response_format``: the schema sits under ``json_schema``."""
+    if value is None:
+        return None
+    spec = value.get("json_schema")
+    if value.get("type") == "json_schema" and not isinstance(spec, dict):
+        return bad_request("response_format of type 'json_schema' needs a json_schema object.", param="response_format.json_schema")
+    return output_format(value.get("type"), spec if isinstance(spec, dict) else {}, "response_format")
+
+
+def output_format(kind: Any, spec: dict[str, Any], param: str) -> m.OutputFormat | OpenAIError | None:
+    """A requested output format (both OpenAI dialects): ``text`` is free text (None);
+    ``json_schema`` needs a ``name`` OpenAI would accept and an object ``schema``."""
+    if kind in (None, "text"):
+        return None
+    if kind == "json_object":
+        return m.OutputFormat(type="json_object")
+    if kind != "json_schema":
+        return bad_request(f"Unsupported format type {kind!r}: use 'text', 'json_object' or 'json_schema'.", param=f"{param}.type")
+    name = spec.get("name", "output")
+    where = f"{param}.json_schema" if param == "response_format" else param
+    if not isinstance(name, str) or not TOOL_NAME.match(name):
+        return bad_request("The schema's name must be 1-64 characters of a-z, A-Z, 0-9, _ and -.", param=f"{where}.name")
+    schema = spec.get("schema", {})
+    if not isinstance(schema, dict):
+        return bad_request("The schema must be a JSON Schema object.", param=f"{where}.schema")
+    strict = spec.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        return bad_request("strict must be a boolean.", param=f"{where}.strict")
+    return m.OutputFormat(type="json_schema", name=name, schema=schema, strict=strict)
+
+
+_CHOICE_MODES = ("auto", "required", "none")
+
+
+def tool_choice(value: Any, param: str, *, nested: bool) -> m.ToolChoice | OpenAIError | None:
+    """``tool_choice`` (both OpenAI dialects): ``auto`` / ``required`` / ``none``, or a
+    forced function — ``{"type": "function", "function": {"name"}}`` in chat completions
+    (``nested``), ``{"type": "function", "name"}`` in the Responses API. Whether the named
+    tool exists is the kernel's to say (it may be one of the agent's tools)."""
+    if value is None or value == "auto":
+        return None
+    if isinstance(value, str):
+        if value not in _CHOICE_MODES:
+            return bad_request(f"tool_choice must be one of {', '.join(map(repr, _CHOICE_MODES))} or a function.", param=param)
+        return m.ToolChoice(mode=value)  # type: ignore[arg-type]
+    if not isinstance(value, dict) or value.get("type") != "function":
+        return bad_request("Only a tool_choice of type 'function' can force a tool.", param=f"{param}.type")
+    holder = value.get("function") if nested else value
+    name = holder.get("name") if isinstance(holder, dict) else None
+    if not isinstance(name, str) or not name:
+        return bad_request("A forced function needs its name.", param=f"{param}.function.name" if nested else f"{param}.name")
+    return m.ToolChoice(mode="tool", name=name)
 
 
 def _conversation(messages: Sequence[InMessage]) -> tuple[str | None, list[m.Message]] | OpenAIError:

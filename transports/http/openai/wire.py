@@ -74,6 +74,10 @@ class ChatRequest(msgspec.Struct, kw_only=True):
     temperature: float | None = None
     tools: list[ToolDef] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    #: ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``,
+    #: ``{"type": "json_object"}`` or ``{"type": "text"}``.
+    response_format: dict[str, Any] | None = None
     n: int | None = None
 
 

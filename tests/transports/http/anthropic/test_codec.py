@@ -67,7 +67,7 @@ def test_user_turn_with_tool_results_then_text() -> None:
         "tools": [{"name": "f", "input_schema": {"type": "object"}}, {"type": "web_search_20250305", "name": "web_search"}],
     })
     assert isinstance(result, codec.MessagesPlan) and not result.continuation
-    user, assistant, tool = result.history
+    _, assistant, tool = result.history
     assert assistant.tool_calls == (m.ToolCall(id="call:1", name="f", arguments='{"a":1}'),)
     assert (tool.role, tool.tool_call_id, tool.name, tool.content, tool.outcome) == ("tool", "call:1", "f", "r", "ok")
     assert result.prompt_parts == (m.TextPart("and now?"),)
@@ -117,6 +117,37 @@ def test_refusals() -> None:
 def test_tool_choice_none_offers_no_tools() -> None:
     result = plan({"messages": [{"role": "user", "content": "a"}], "tools": [{"name": "f", "input_schema": {}}], "tool_choice": {"type": "none"}})
     assert isinstance(result, codec.MessagesPlan) and result.options.client_tools == ()
+    assert result.options.tool_choice == m.ToolChoice(mode="none")
+
+
+@pytest.mark.parametrize(
+    ("choice", "expected", "parallel"),
+    [
+        ({"type": "auto"}, None, None),
+        ({"type": "any", "disable_parallel_tool_use": True}, m.ToolChoice(mode="required"), False),
+        ({"type": "tool", "name": "f"}, m.ToolChoice(mode="tool", name="f"), None),
+    ],
+)
+def test_tool_choice(choice: dict[str, Any], expected: m.ToolChoice | None, parallel: bool | None) -> None:
+    result = plan({"messages": [{"role": "user", "content": "a"}], "tools": [{"name": "f", "input_schema": {}}], "tool_choice": choice})
+    assert isinstance(result, codec.MessagesPlan)
+    assert (result.options.tool_choice, result.options.parallel_tool_calls) == (expected, parallel)
+
+
+def test_tool_choice_and_format_refusals() -> None:
+    assert "tool_choice.name" in refused({"messages": [{"role": "user", "content": "a"}], "tool_choice": {"type": "tool"}})
+    assert "tool_choice.type" in refused({"messages": [{"role": "user", "content": "a"}], "tool_choice": {"type": "sometimes"}})
+    assert "output_config.format" in refused({"messages": [{"role": "user", "content": "a"}], "output_config": {"format": {"type": "xml"}}})
+
+
+def test_output_format_from_output_config_or_the_beta_field() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    for body in ({"output_config": {"effort": "low", "format": {"type": "json_schema", "schema": schema}}}, {"output_format": {"type": "json_schema", "schema": schema}}):
+        result = plan({"messages": [{"role": "user", "content": "a"}], **body})
+        assert isinstance(result, codec.MessagesPlan)
+        assert result.options.output_format == m.OutputFormat(type="json_schema", schema=schema)
+    effort_only = plan({"messages": [{"role": "user", "content": "a"}], "output_config": {"effort": "high"}})
+    assert isinstance(effort_only, codec.MessagesPlan) and effort_only.options.output_format is None
 
 
 @pytest.mark.parametrize(

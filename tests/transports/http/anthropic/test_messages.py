@@ -158,7 +158,7 @@ async def test_count_tokens_grows_with_the_prompt() -> None:
 async def test_models_in_both_shapes() -> None:
     async with gateway(ScriptedProvider()) as (_, url, sdk):
         page = await sdk.models.list()
-        assert [model.id for model in page.data][0] == AGENT and page.data[0].type == "model"
+        assert page.data[0].id == AGENT and page.data[0].type == "model"
         assert (await sdk.models.retrieve(AGENT)).display_name == AGENT
         with pytest.raises(anthropic.NotFoundError):
             await sdk.models.retrieve("no-such-model")
@@ -273,3 +273,24 @@ async def test_a_quiet_stream_gets_ping_events() -> None:
             events = [event async for event in sse_events(response)]
         assert any(event.event == "ping" and event.json() == {"type": "ping"} for event in events)
         assert events[-1].event == "message_stop"
+
+
+async def test_structured_output_and_a_forced_tool_reach_the_model() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
+    provider = ScriptedProvider([text_turn('{"n": 1}'), tool_turn("get_weather", '{"city": "Oslo"}')])
+    async with gateway(provider) as (_, _, sdk):
+        answer = await sdk.messages.create(
+            model=AGENT, max_tokens=50, messages=[{"role": "user", "content": "n?"}],
+            extra_body={"output_config": {"format": {"type": "json_schema", "schema": schema}}},
+        )
+        assert answer.content[0].type == "text" and json.loads(answer.content[0].text) == {"n": 1}
+        assert provider.requests[0].output_format == m.OutputFormat(type="json_schema", schema=schema)
+        forced = await sdk.messages.create(
+            model=AGENT, max_tokens=50, messages=[{"role": "user", "content": "go"}], tools=[WEATHER],  # type: ignore[list-item]
+            tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+        )
+        assert forced.stop_reason == "tool_use"
+        assert provider.requests[1].tool_choice == m.ToolChoice(mode="tool", name="get_weather")
+        assert provider.requests[1].parallel_tool_calls is False
+        with pytest.raises(anthropic.BadRequestError):  # forcing a tool nobody offers
+            await sdk.messages.create(model=AGENT, max_tokens=50, messages=[{"role": "user", "content": "go"}], tool_choice={"type": "tool", "name": "nope"})
