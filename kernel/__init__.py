@@ -101,6 +101,7 @@ if TYPE_CHECKING:
     from .errors import http_headers as http_headers
     from .errors import http_status as http_status
     from .errors import retry_after_s as retry_after_s
+    from .access import RateWindows as RateWindows
     from .files import WorkspaceFiles as WorkspaceFiles
     from .follow import Follower as Follower
     from .follow import RunFollower as RunFollower
@@ -126,6 +127,9 @@ if TYPE_CHECKING:
     from .provider import FinishChunk as FinishChunk
     from .provider import FinishReason as FinishReason
     from .provider import Provider as Provider
+    from .keys import KeyRecord as KeyRecord
+    from .keys import Keyring as Keyring
+    from .keys import KeyView as KeyView
     from .provider import ProviderError as ProviderError
     from .provider import ProviderRequest as ProviderRequest
     from .provider import ReasoningChunk as ReasoningChunk
@@ -145,15 +149,11 @@ if TYPE_CHECKING:
     from .store import SessionRecord as SessionRecord
     from .store import SQLiteStore as SQLiteStore
     from .store import Store as Store
-    from .keys import KeyRecord as KeyRecord
-    from .keys import KeyView as KeyView
-    from .keys import Keyring as Keyring
-    from .store import KEY_COLUMNS as KEY_COLUMNS
-    from .store import KEY_USAGE_SQL as KEY_USAGE_SQL
     from .store import key_body as key_body
     from .store import key_of_row as key_of_row
-    from .access import RateWindows as RateWindows
     from .tools import Tool as Tool
     from .tools import ToolContext as ToolContext
     from .tools import ToolFailure as ToolFailure
     from .watch import RunWatch as RunWatch
+    from .store import KEY_COLUMNS as KEY_COLUMNS
+    from .store import KEY_USAGE_SQL as KEY_USAGE_SQL

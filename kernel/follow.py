@@ -33,8 +33,10 @@ import msgspec
 from .cluster import RemoteSubscription
 from .hub import Subscription
 from .model import (
+    LOCAL_CALLER,
     Accepted,
     ApprovalPolicy,
+    Caller,
     Continue,
     Event,
     GetSession,
@@ -76,11 +78,14 @@ class Follower:
         subscription: Subscription | RemoteSubscription,
         *,
         stop_on_loss: bool = False,
+        caller: Caller = LOCAL_CALLER,
         client: str | None = None,
     ) -> None:
         self.kernel = kernel
         self.session_id = session_id
         self.stop_on_loss = stop_on_loss
+        # Who follows (a resumed subscription is authorized again, as the first one was).
+        self.caller = caller
         self.client = client
         self.closed = False
         self._sub = subscription
@@ -88,12 +93,13 @@ class Follower:
 
     @classmethod
     async def open(
-        cls, kernel: Kernel, session_id: str, after_seq: int | None = None, *, stop_on_loss: bool = False, client: str | None = None
+        cls, kernel: Kernel, session_id: str, after_seq: int | None = None, *, stop_on_loss: bool = False, client: str | None = None,
+        caller: Caller = LOCAL_CALLER,
     ) -> Follower:
-        """Follow ``session_id`` from now, or after ``after_seq`` (KernelError when unknown).
-        ``client``: the transport's name, shown in the session's info (``clients``)."""
-        subscription = await kernel.subscribe(session_id, after_seq, client=client)
-        return cls(kernel, session_id, subscription, stop_on_loss=stop_on_loss, client=client)
+        """Follow ``session_id`` from now, or after ``after_seq`` (KernelError when unknown —
+        or not the caller's). ``client``: the transport's name, shown in the session's info."""
+        subscription = await kernel.subscribe(session_id, after_seq, client=client, caller=caller)
+        return cls(kernel, session_id, subscription, stop_on_loss=stop_on_loss, client=client, caller=caller)
 
     @property
     def pending(self) -> int:
@@ -144,7 +150,7 @@ class Follower:
         """The retained events after the last one delivered, or ``[lagged]`` when they are gone."""
         self._sub.close()
         try:
-            self._sub = await self.kernel.subscribe(self.session_id, after_seq=lagged.last_seq, client=self.client)
+            self._sub = await self.kernel.subscribe(self.session_id, after_seq=lagged.last_seq, client=self.client, caller=self.caller)
             ready = self._sub.receive_nowait()
             if not (ready and isinstance(ready[0], SubscriberLagged)):
                 return ready
@@ -152,7 +158,7 @@ class Follower:
             if self.stop_on_loss:
                 self.closed = True
             else:
-                self._sub = await self.kernel.subscribe(self.session_id, client=self.client)
+                self._sub = await self.kernel.subscribe(self.session_id, client=self.client, caller=self.caller)
             return [ready[0]]
         except KernelError:  # the session is gone
             self.closed = True
@@ -174,6 +180,7 @@ class RunFollower:
     then ``await run.next_batch()`` until :attr:`end` is set (or ``await run.wait()``)."""
 
     def __init__(self, kernel: Kernel, follower: Follower, watch: RunWatch, accepted: Accepted, *, decline_on_close: bool = True) -> None:
+        self.caller = follower.caller
         self.kernel = kernel
         self.accepted = accepted
         self.decline_on_close = decline_on_close
@@ -189,6 +196,7 @@ class RunFollower:
         policy: ApprovalPolicy | None = None,
         stop_on_loss: bool = False,
         client: str | None = None,
+        caller: Caller = LOCAL_CALLER,
         decline_on_close: bool = True,
     ) -> RunFollower:
         """Subscribe to the command's session (created for a prompt without one), then run it.
@@ -200,20 +208,20 @@ class RunFollower:
         ``decline_on_close=False``: a question still open when the follower closes stays
         open, for a later request of the client to answer (the kernel's approval and turn
         confirmation timeouts still bound the wait) — for a dialect whose response ends at
-        the question, such as AG-UI's interrupts.
+        the question, such as AG-UI's interrupts. ``caller``: who asks (the transport's
+        resolved Caller), for every command and subscription of the run.
         """
         if command.request_id is None:
             command = msgspec.structs.replace(command, request_id=f"run-{uuid.uuid4().hex[:16]}")
         if policy is not None and command.options.approval is None:
             command = msgspec.structs.replace(command, options=msgspec.structs.replace(command.options, approval=policy))
         if isinstance(command, Prompt):
-            opened = await kernel.execute(OpenSession(session_id=command.session_id, agent_id=command.agent_id))
-            assert isinstance(opened, SessionOpened)
+            opened = await kernel.execute(OpenSession(session_id=command.session_id, agent_id=command.agent_id), caller)
             command = msgspec.structs.replace(command, session_id=opened.session.session_id)
         assert command.session_id is not None and command.request_id is not None
-        follower = await Follower.open(kernel, command.session_id, stop_on_loss=stop_on_loss, client=client)
+        follower = await Follower.open(kernel, command.session_id, stop_on_loss=stop_on_loss, client=client, caller=caller)
         try:
-            accepted = await kernel.execute(command)
+            accepted = await kernel.execute(command, caller)
         except BaseException:
             follower.close()
             raise
@@ -267,7 +275,7 @@ class RunFollower:
     async def _still_running(self) -> bool:
         """After lost events: whether the run's end may still come (it is active or queued)."""
         try:
-            reply = await self.kernel.execute(GetSession(session_id=self.session_id))
+            reply = await self.kernel.execute(GetSession(session_id=self.session_id), self.caller)
         except KernelError:
             return False
         assert isinstance(reply, SessionOpened)
@@ -290,14 +298,14 @@ class RunFollower:
             command = ResolveToolApproval(session_id=self.session_id, call_id=question.call_id, approved=approved, reason=reason, remember=remember)
         else:
             command = ResolveTurnLimit(session_id=self.session_id, confirmed=approved, reason=reason)
-        await self.kernel.execute(command)
+        await self.kernel.execute(command, self.caller)
 
     async def interrupt(self) -> bool:
         """Stop the run (even while it is still queued); False when it is already over."""
         if self._watch.end is not None:
             return False
         try:
-            await self.kernel.execute(Interrupt(session_id=self.session_id, target_request_id=self.request_id))
+            await self.kernel.execute(Interrupt(session_id=self.session_id, target_request_id=self.request_id, cause=cause), self.caller)
         except KernelError:
             return False
         return True

@@ -777,6 +777,14 @@ class AgentList(_Reply, frozen=True, tag="agents"):
 
 
 class CommandList(_Reply, frozen=True, tag="commands"):
+    # The principal (key name) it belongs to; lists show a key only its own (kernel/access.py).
+    owner: str = "admin"
+
+    @property
+    def busy(self) -> bool:
+        """A run is going or waiting in its inbox (what decides "keep the idle connection" or
+        "this run must wait")."""
+        return self.run_id is not None or self.queued > 0
     commands: tuple[CommandInfo, ...]
 
 

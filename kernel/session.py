@@ -71,6 +71,8 @@ class Session:
         # OpenAI-compatible request): nothing of it reaches the store.
         self.ephemeral = ephemeral
         self.context: list[Message] = []
+        # The principal (key name) it belongs to (kernel/access.py); set by whoever creates it.
+        self.owner = "admin"
         self.turns = 0
         self.usage = Usage()
         # Per-session overrides (ConfigureSession), None: the agent's or the kernel's value.
@@ -131,6 +133,7 @@ class Session:
             max_turns=self.turn_limit,
         )
 
+            owner=self.owner,
     @property
     def model(self) -> str:
         """The model the next run uses (a request's own ``model`` option aside)."""

@@ -136,6 +136,23 @@ class ClusterSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     stream_retention: int = 10_000
 
 
+class ConfigKeySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A key of ``[[auth.keys]]`` (read-only setups, no key table to write): its secret is read
+    from the environment variable ``secret_env``, never from the file. docs/security.md."""
+
+    name: str
+    secret_env: str
+    scopes: list[str] = msgspec.field(default_factory=lambda: ["read", "prompt", "approve"])
+    agents: list[str] = []
+    rpm: int = 0
+    concurrent: int = 0
+    tokens_per_day: int = 0
+
+
+class AuthSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    keys: list[ConfigKeySettings] = []
+
+
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_level: str = "info"
     provider: ProviderSettings = msgspec.field(default_factory=ProviderSettings)
@@ -146,6 +163,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cluster: ClusterSettings = msgspec.field(default_factory=ClusterSettings)
     # Each transport decodes its own section into its ``Config`` struct.
     transports: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+    auth: AuthSettings = msgspec.field(default_factory=AuthSettings)
 
 
 ENV_OVERRIDES: dict[str, tuple[str, ...]] = {

@@ -18,11 +18,12 @@ import anyio
 import anyio.to_thread
 import msgspec
 
+from .keys import KeyRecord
 from .model import Message, ToolOutcome
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -31,7 +32,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     label      TEXT,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
-    title      TEXT
+    title      TEXT,
+    owner      TEXT NOT NULL DEFAULT 'admin'
 );
 CREATE TABLE IF NOT EXISTS messages (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -44,7 +46,28 @@ CREATE TABLE IF NOT EXISTS kv (
     key   TEXT PRIMARY KEY,
     value BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS api_keys (
+    name           TEXT PRIMARY KEY,
+    secret_hash    TEXT NOT NULL UNIQUE,
+    body           BLOB NOT NULL,
+    revoked_at     REAL,
+    last_used_at   REAL,
+    usage_day      TEXT NOT NULL DEFAULT '',
+    requests_today INTEGER NOT NULL DEFAULT 0,
+    tokens_today   INTEGER NOT NULL DEFAULT 0,
+    requests_total INTEGER NOT NULL DEFAULT 0,
+    tokens_total   INTEGER NOT NULL DEFAULT 0
+);
 """
+
+#: Keys: ``body`` holds what does not change (a :class:`~kernel.keys.KeyRecord` as JSON: name,
+#: the secret's hash, scopes, agents, limits, dates); the columns what does.
+KEY_USAGE_SQL = (
+    "UPDATE api_keys SET requests_today = CASE WHEN usage_day=%s THEN requests_today ELSE 0 END + %s,"
+    " tokens_today = CASE WHEN usage_day=%s THEN tokens_today ELSE 0 END + %s, usage_day=%s,"
+    " requests_total = requests_total + %s, tokens_total = tokens_total + %s WHERE name=%s"
+)
+KEY_COLUMNS = "body, revoked_at, last_used_at, usage_day, requests_today, tokens_today, requests_total, tokens_total"
 
 
 class SessionRecord(msgspec.Struct, kw_only=True):
@@ -55,6 +78,8 @@ class SessionRecord(msgspec.Struct, kw_only=True):
     created_at: float = 0.0
     updated_at: float = 0.0
     message_count: int = 0
+    # The principal (key name) that created it; ``admin`` for sessions from before keys.
+    owner: str = "admin"
 
 
 class Store(Protocol):
@@ -72,6 +97,15 @@ class Store(Protocol):
     async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None: ...
     async def get_value(self, key: str) -> bytes | None: ...
     async def set_value(self, key: str, value: bytes) -> None: ...
+    # API keys (kernel/keys.py): looked up per request, so a revocation holds at once.
+    async def insert_key(self, record: KeyRecord) -> bool: ...
+    async def find_key(self, secret_hash: str) -> KeyRecord | None: ...
+    async def get_key(self, name: str) -> KeyRecord | None: ...
+    async def list_keys(self) -> list[KeyRecord]: ...
+    async def count_keys(self) -> int: ...
+    async def revoke_key(self, name: str, at: float) -> bool: ...
+    async def touch_key(self, name: str, at: float) -> None: ...
+    async def add_key_usage(self, name: str, day: str, requests: int, tokens: int) -> None: ...
 
 
 _encode = msgspec.json.Encoder().encode
@@ -92,6 +126,8 @@ class SQLiteStore:
     @staticmethod
     def _migrate(conn: sqlite3.Connection, version: int) -> None:
         """Bring an older store up to ``SCHEMA_VERSION``, in one transaction."""
+        if version < 4:  # v4: sessions have an owner (the key that created them; before keys: the admin)
+            conn.execute("ALTER TABLE sessions ADD COLUMN owner TEXT NOT NULL DEFAULT 'admin'")
         if version < 3:  # v3: sessions have a title (their first prompt, shortened)
             conn.execute("ALTER TABLE sessions ADD COLUMN title TEXT")
         if version < 2:  # v2: tool messages say how the call ended (``Message.outcome``)
@@ -135,9 +171,9 @@ class SQLiteStore:
     async def save_session(self, record: SessionRecord) -> None:
         def run(conn: sqlite3.Connection) -> None:
             conn.execute(
-                "INSERT INTO sessions(session_id, agent_id, label, created_at, updated_at) VALUES (?,?,?,?,?)"
+                "INSERT INTO sessions(session_id, agent_id, label, created_at, updated_at, owner) VALUES (?,?,?,?,?,?)"
                 " ON CONFLICT(session_id) DO UPDATE SET label=excluded.label, updated_at=excluded.updated_at",
-                (record.session_id, record.agent_id, record.label, record.created_at or time.time(), time.time()),
+                (record.session_id, record.agent_id, record.label, record.created_at or time.time(), time.time(), record.owner),
             )
 
         await self.call(run)
@@ -211,6 +247,51 @@ class SQLiteStore:
         )
 
 
+    # -------------------------------------------------------------- keys
+
+    async def insert_key(self, record: KeyRecord) -> bool:
+        """A new key; a revoked key's name may be used again. False: the name is taken."""
+        def run(conn: sqlite3.Connection) -> bool:
+            with conn:
+                conn.execute("DELETE FROM api_keys WHERE name=? AND revoked_at IS NOT NULL", (record.name,))
+                cur = conn.execute(
+                    "INSERT INTO api_keys(name, secret_hash, body) VALUES (?,?,?) ON CONFLICT(name) DO NOTHING",
+                    (record.name, record.secret_hash, key_body(record)),
+                )
+                return cur.rowcount == 1
+
+        return await self.call(run)
+
+    async def _one_key(self, where: str, arg: str) -> KeyRecord | None:
+        row = await self.call(lambda c: c.execute(f"SELECT {KEY_COLUMNS} FROM api_keys WHERE {where}=?", (arg,)).fetchone())
+        return None if row is None else key_of_row(row)
+
+    async def find_key(self, secret_hash: str) -> KeyRecord | None:
+        return await self._one_key("secret_hash", secret_hash)
+
+    async def get_key(self, name: str) -> KeyRecord | None:
+        return await self._one_key("name", name)
+
+    async def list_keys(self) -> list[KeyRecord]:
+        rows = await self.call(lambda c: c.execute(f"SELECT {KEY_COLUMNS} FROM api_keys ORDER BY name").fetchall())
+        return [key_of_row(r) for r in rows]
+
+    async def count_keys(self) -> int:
+        row = await self.call(lambda c: c.execute("SELECT COUNT(*) FROM api_keys WHERE revoked_at IS NULL").fetchone())
+        return int(row[0])
+
+    async def revoke_key(self, name: str, at: float) -> bool:
+        cur = await self.call(lambda c: c.execute("UPDATE api_keys SET revoked_at=? WHERE name=? AND revoked_at IS NULL", (at, name)))
+        return cur.rowcount == 1
+
+    async def touch_key(self, name: str, at: float) -> None:
+        await self.call(lambda c: c.execute("UPDATE api_keys SET last_used_at=? WHERE name=?", (at, name)))
+
+    async def add_key_usage(self, name: str, day: str, requests: int, tokens: int) -> None:
+        """One atomic update: a new day restarts the day's counters."""
+        await self.call(lambda c: c.execute(KEY_USAGE_SQL.replace("%s", "?"), (day, requests, day, tokens, day, requests, tokens, name)))
+
+
 def outcome_of_v1_text(content: str) -> ToolOutcome:
     """How a tool call stored by schema v1 ended, from the text the kernel then wrote."""
     for prefix, outcome in _V1_PREFIXES:
@@ -234,11 +315,32 @@ _V1_PREFIXES: tuple[tuple[str, ToolOutcome], ...] = (
 def _select_sessions(conn: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> list[SessionRecord]:
     rows = conn.execute(
         "SELECT s.session_id, s.agent_id, s.label, s.created_at, s.updated_at,"
-        " (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.session_id), s.title"
+        " (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.session_id), s.title, s.owner"
         f" FROM sessions s {where} ORDER BY s.created_at",
         args,
     ).fetchall()
     return [
-        SessionRecord(session_id=r[0], agent_id=r[1], label=r[2], created_at=r[3], updated_at=r[4], message_count=r[5], title=r[6])
+        SessionRecord(
+            session_id=r[0], agent_id=r[1], label=r[2], created_at=r[3], updated_at=r[4], message_count=r[5], title=r[6], owner=r[7]
+        )
         for r in rows
     ]
+
+
+_decode_key = msgspec.json.Decoder(KeyRecord).decode
+
+
+def key_body(record: KeyRecord) -> bytes:
+    """The unchanging part of a key as stored (the changing counters have columns)."""
+    fixed = msgspec.structs.replace(
+        record, revoked_at=None, last_used_at=None, usage_day="", requests_today=0, tokens_today=0, requests_total=0, tokens_total=0
+    )
+    return _encode(fixed)
+
+
+def key_of_row(row: Sequence[Any]) -> KeyRecord:
+    """A key from ``SELECT KEY_COLUMNS`` (both stores)."""
+    return msgspec.structs.replace(
+        _decode_key(bytes(row[0])), revoked_at=row[1], last_used_at=row[2], usage_day=row[3],
+        requests_today=row[4], tokens_today=row[5], requests_total=row[6], tokens_total=row[7],
+    )

@@ -26,7 +26,7 @@ import anyio.to_thread
 import msgspec
 import psycopg
 
-from kernel import SessionRecord
+from kernel import KEY_COLUMNS, KEY_USAGE_SQL, KeyRecord, SessionRecord, key_body, key_of_row
 from kernel import model as m
 
 T = TypeVar("T")
@@ -132,9 +132,9 @@ class PostgresStore:
     async def save_session(self, record: SessionRecord) -> None:
         await self.call(
             lambda c: c.execute(
-                "INSERT INTO sessions(session_id, agent_id, label, created_at, updated_at) VALUES (%s,%s,%s,%s,%s)"
+                "INSERT INTO sessions(session_id, agent_id, label, created_at, updated_at, owner) VALUES (%s,%s,%s,%s,%s,%s)"
                 " ON CONFLICT (session_id) DO UPDATE SET label=EXCLUDED.label, updated_at=EXCLUDED.updated_at",
-                (record.session_id, record.agent_id, record.label, record.created_at or time.time(), time.time()),
+                (record.session_id, record.agent_id, record.label, record.created_at or time.time(), time.time(), record.owner),
             )
         )
 
@@ -212,6 +212,50 @@ class PostgresStore:
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS sessions (
+    # -------------------------------------------------------------- keys (kernel/keys.py)
+
+    async def insert_key(self, record: KeyRecord) -> bool:
+        """A new key; a revoked key's name may be used again. False: the name is taken."""
+        def run(conn: psycopg.Connection[Any]) -> bool:
+            with conn.transaction():
+                conn.execute("DELETE FROM api_keys WHERE name=%s AND revoked_at IS NOT NULL", (record.name,))
+                cur = conn.execute(
+                    "INSERT INTO api_keys(name, secret_hash, body) VALUES (%s,%s,%s) ON CONFLICT (name) DO NOTHING",
+                    (record.name, record.secret_hash, key_body(record)),
+                )
+                return cur.rowcount == 1
+
+        return await self.call(run)
+
+    async def _one_key(self, where: str, arg: str) -> KeyRecord | None:
+        row = await self.call(lambda c: c.execute(f"SELECT {KEY_COLUMNS} FROM api_keys WHERE {where}=%s", (arg,)).fetchone())
+        return None if row is None else key_of_row(row)
+
+    async def find_key(self, secret_hash: str) -> KeyRecord | None:
+        return await self._one_key("secret_hash", secret_hash)
+
+    async def get_key(self, name: str) -> KeyRecord | None:
+        return await self._one_key("name", name)
+
+    async def list_keys(self) -> list[KeyRecord]:
+        rows = await self.call(lambda c: c.execute(f"SELECT {KEY_COLUMNS} FROM api_keys ORDER BY name").fetchall())
+        return [key_of_row(r) for r in rows]
+
+    async def count_keys(self) -> int:
+        row = await self.call(lambda c: c.execute("SELECT COUNT(*) FROM api_keys WHERE revoked_at IS NULL").fetchone())
+        return int(row[0]) if row is not None else 0
+
+    async def revoke_key(self, name: str, at: float) -> bool:
+        cur = await self.call(lambda c: c.execute("UPDATE api_keys SET revoked_at=%s WHERE name=%s AND revoked_at IS NULL", (at, name)))
+        return cur.rowcount == 1
+
+    async def touch_key(self, name: str, at: float) -> None:
+        await self.call(lambda c: c.execute("UPDATE api_keys SET last_used_at=%s WHERE name=%s", (at, name)))
+
+    async def add_key_usage(self, name: str, day: str, requests: int, tokens: int) -> None:
+        """One atomic update (concurrent instances all count): a new day restarts the day's counters."""
+        await self.call(lambda c: c.execute(KEY_USAGE_SQL, (day, requests, day, tokens, day, requests, tokens, name)))
+
     session_id TEXT PRIMARY KEY,
     agent_id   TEXT NOT NULL,
     label      TEXT,
@@ -234,14 +278,30 @@ CREATE TABLE IF NOT EXISTS kv (
 
 
 def _select_sessions(conn: psycopg.Connection[Any], where: str, args: tuple[Any, ...]) -> list[SessionRecord]:
+-- Sessions' owners (the key that created them; before keys: the admin) and the API keys.
+ALTER TABLE sessions ADD COLUMN IF NOT EXISTS owner TEXT NOT NULL DEFAULT 'admin';
+CREATE TABLE IF NOT EXISTS api_keys (
+    name           TEXT PRIMARY KEY,
+    secret_hash    TEXT NOT NULL UNIQUE,
+    body           BYTEA NOT NULL,
+    revoked_at     DOUBLE PRECISION,
+    last_used_at   DOUBLE PRECISION,
+    usage_day      TEXT NOT NULL DEFAULT '',
+    requests_today BIGINT NOT NULL DEFAULT 0,
+    tokens_today   BIGINT NOT NULL DEFAULT 0,
+    requests_total BIGINT NOT NULL DEFAULT 0,
+    tokens_total   BIGINT NOT NULL DEFAULT 0
+);
     rows = conn.execute(
         "SELECT s.session_id, s.agent_id, s.label, s.created_at, s.updated_at,"
-        " (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.session_id), s.title"
+        " (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.session_id), s.title, s.owner"
         f" FROM sessions s {where} ORDER BY s.created_at",
         args,
     ).fetchall()
     return [
-        SessionRecord(session_id=r[0], agent_id=r[1], label=r[2], created_at=r[3], updated_at=r[4], message_count=r[5], title=r[6])
+        SessionRecord(
+            session_id=r[0], agent_id=r[1], label=r[2], created_at=r[3], updated_at=r[4], message_count=r[5], title=r[6], owner=r[7]
+        )
         for r in rows
     ]
 

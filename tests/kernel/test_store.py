@@ -181,7 +181,7 @@ async def test_a_v1_store_gets_tool_outcomes_once(tmp_path: Path) -> None:
         await store.close()
     assert [(msg.content, msg.outcome) for msg in messages[:-1]] == list(texts.items())
     assert messages[-1].outcome is None  # only tool messages have one
-    assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
 
 
 async def test_postgresql_stopped_and_started_again(tmp_path: Path) -> None:
