@@ -191,6 +191,13 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     request_id: str | None = None
     # Stored after the run was interrupted (its partial answer): the run did not end whole.
     interrupted: bool = False
+    # The run that stored it and the client's id of that run (set by the session as it
+    # stores a run's messages): a dialect whose runs are addressable objects (A2A's tasks)
+    # finds a run's messages — and its end — again after a restart.
+    run_id: str | None = None
+    request_id: str | None = None
+    # Stored after the run was interrupted (its partial answer): the run did not end whole.
+    interrupted: bool = False
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):

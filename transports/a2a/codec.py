@@ -596,7 +596,7 @@ def agent_card(agent: m.AgentInfo, *, url: str, version: str, tools: list[m.Tool
     schemes: dict[str, Any] | None = None
     requirements: list[w.SecurityRequirement] = []
     if token_required:
-        schemes = {"bearer": w.SecurityScheme(http_auth_security_scheme=w.HttpAuthSecurityScheme(description="The gateway's token"))}
+        schemes = {"bearer": w.SecurityScheme(http_auth_security_scheme=w.HttpAuthSecurityScheme(scheme="Bearer", description="The gateway's token"))}
         requirements = [w.SecurityRequirement(schemes={"bearer": {"list": []}})]
     return w.AgentCard(
         name=agent.name,

@@ -242,7 +242,7 @@ class AgentProvider(_Proto):
 
 
 class HttpAuthSecurityScheme(_Proto):
-    scheme: str = "Bearer"
+    scheme: str
     description: str | None = None
 
 
@@ -318,9 +318,9 @@ class DataPart03(_V03, tag="data", tag_field="kind"):
 Part03 = TextPart03 | FilePart03 | DataPart03
 
 
-class Message03(_V03, tag="message", tag_field="kind"):
+class Message03(_V03, tag="message", tag_field="kind", kw_only=True):
     message_id: str = ""
-    role: Literal["user", "agent"] = "user"
+    role: Literal["user", "agent"]
     parts: list[Part03] = []
     context_id: str | None = None
     task_id: str | None = None
