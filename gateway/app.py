@@ -1,9 +1,10 @@
 """Build a kernel from settings and plugins; serve transports over it until stopped.
 
-Shutdown order matters for clients: on SIGINT/SIGTERM the runs are interrupted
-first (so every client sees its run end as interrupted), then the transports are
-cancelled (they close their connections, 1001 for WebSockets), then the kernel
-flushes and closes the store, and last the configured MCP servers are stopped.
+Shutdown order matters for clients: SIGTERM drains first (new runs refused, runs in
+flight go on for up to ``drain_s``, then are interrupted), SIGINT interrupts at once (so
+every client sees its run end as interrupted, in its dialect's failure form), then the
+transports are cancelled (they close their connections, 1001 for WebSockets), then the
+kernel flushes and closes the store, and last the configured MCP servers are stopped.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +92,7 @@ def build_kernel(settings: Settings, registry: Registry, **kwargs: Any) -> Kerne
         commands=registry.commands.values(),
         store=build_store(settings.store.path, registry),
         cluster=build_cluster(settings, registry),
+        observers=registry.observers.values(),
         **kwargs,
     )
 
@@ -191,15 +193,48 @@ async def _start(tg: Any, name: str, transport: Any, kernel: Kernel, config: Any
 
 
 async def _watch_signals(kernel: Kernel, transports_scope: anyio.CancelScope) -> None:
+    """SIGTERM drains (what an orchestrator sends before it stops a process): readiness goes
+    off at once, listeners stay open, new runs are refused (``draining``), runs in flight go
+    on for up to ``drain_s`` and are then interrupted (cause ``drain``). SIGINT (Ctrl+C), or
+    a second signal while draining, stops at once (cause ``shutdown``). Either way the
+    transports are cancelled last: they close their connections (1001) and the process
+    exits 0."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
-            log.info("received %s: interrupting runs and closing connections", signal.Signals(signum).name)
-            running = kernel.interrupt_all()
-            if running:
-                await kernel.wait_idle(5.0)
-                await anyio.sleep(0.05)  # let transports write the final events
+            if signum == signal.SIGTERM:
+                await _drain(kernel, signals)
+            else:
+                log.info("received %s: interrupting runs and closing connections", signal.Signals(signum).name)
+                await _stop_now(kernel)
+            kernel.stopping.set()
+            await anyio.sleep(0.05)  # let transports write the final events
             transports_scope.cancel()
             return
+
+
+async def _drain(kernel: Kernel, signals: AsyncIterator[int]) -> None:
+    drain_s = kernel.settings.drain_s
+    log.info("received SIGTERM: draining — runs in flight go on for up to %gs (SIGTERM or SIGINT again stops at once)", drain_s)
+    async with anyio.create_task_group() as draining:
+
+        async def drain() -> None:
+            await kernel.drain(drain_s)
+            draining.cancel_scope.cancel()
+
+        async def stop_now() -> None:
+            async for again in signals:
+                log.info("received %s while draining: stopping now", signal.Signals(again).name)
+                await _stop_now(kernel)
+                draining.cancel_scope.cancel()
+
+        draining.start_soon(drain)
+        draining.start_soon(stop_now)
+
+
+async def _stop_now(kernel: Kernel) -> None:
+    kernel.start_draining()
+    if kernel.interrupt_all("shutdown"):
+        await kernel.wait_idle(5.0)
 
 
 def setup_logging(level: str) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Literal, Self
 
 import anyio
 import msgspec
@@ -50,7 +50,6 @@ from .model import (
     ResolveTurnLimit,
     RunFailed,
     RunFinished,
-    SessionOpened,
     SubscriberLagged,
     TextDelta,
     ToolApprovalRequested,
@@ -78,15 +77,15 @@ class Follower:
         subscription: Subscription | RemoteSubscription,
         *,
         stop_on_loss: bool = False,
-        caller: Caller = LOCAL_CALLER,
         client: str | None = None,
+        caller: Caller = LOCAL_CALLER,
     ) -> None:
         self.kernel = kernel
         self.session_id = session_id
         self.stop_on_loss = stop_on_loss
+        self.client = client
         # Who follows (a resumed subscription is authorized again, as the first one was).
         self.caller = caller
-        self.client = client
         self.closed = False
         self._sub = subscription
         self._streaming = False  # the last batch ended with a delta
@@ -180,8 +179,8 @@ class RunFollower:
     then ``await run.next_batch()`` until :attr:`end` is set (or ``await run.wait()``)."""
 
     def __init__(self, kernel: Kernel, follower: Follower, watch: RunWatch, accepted: Accepted, *, decline_on_close: bool = True) -> None:
-        self.caller = follower.caller
         self.kernel = kernel
+        self.caller = follower.caller
         self.accepted = accepted
         self.decline_on_close = decline_on_close
         self._follower = follower
@@ -196,8 +195,8 @@ class RunFollower:
         policy: ApprovalPolicy | None = None,
         stop_on_loss: bool = False,
         client: str | None = None,
-        caller: Caller = LOCAL_CALLER,
         decline_on_close: bool = True,
+        caller: Caller = LOCAL_CALLER,
     ) -> RunFollower:
         """Subscribe to the command's session (created for a prompt without one), then run it.
 
@@ -225,7 +224,6 @@ class RunFollower:
         except BaseException:
             follower.close()
             raise
-        assert isinstance(accepted, Accepted)
         return cls(kernel, follower, RunWatch(command.request_id, accepted.run_id), accepted, decline_on_close=decline_on_close)
 
     @property
@@ -278,7 +276,6 @@ class RunFollower:
             reply = await self.kernel.execute(GetSession(session_id=self.session_id), self.caller)
         except KernelError:
             return False
-        assert isinstance(reply, SessionOpened)
         info = reply.session
         return info.run_id == self.run_id or self.request_id in info.queued_requests
 
@@ -300,8 +297,9 @@ class RunFollower:
             command = ResolveTurnLimit(session_id=self.session_id, confirmed=approved, reason=reason)
         await self.kernel.execute(command, self.caller)
 
-    async def interrupt(self) -> bool:
-        """Stop the run (even while it is still queued); False when it is already over."""
+    async def interrupt(self, cause: Literal["client", "timeout"] = "client") -> bool:
+        """Stop the run (even while it is still queued); False when it is already over.
+        ``cause``: the client asked or left, or the run outlived the dialect's wait."""
         if self._watch.end is not None:
             return False
         try:

@@ -191,13 +191,6 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     request_id: str | None = None
     # Stored after the run was interrupted (its partial answer): the run did not end whole.
     interrupted: bool = False
-    # The run that stored it and the client's id of that run (set by the session as it
-    # stores a run's messages): a dialect whose runs are addressable objects (A2A's tasks)
-    # finds a run's messages — and its end — again after a restart.
-    run_id: str | None = None
-    request_id: str | None = None
-    # Stored after the run was interrupted (its partial answer): the run did not end whole.
-    interrupted: bool = False
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
@@ -333,6 +326,17 @@ class PromptOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     #: False: at most one tool call per model answer (None: the upstream's default).
     parallel_tool_calls: bool | None = None
 
+    def problem(self) -> str | None:
+        """What is wrong with these options, or None: the one rule every dialect's requests
+        meet (the kernel refuses a run whose options break it, as ``invalid_request``)."""
+        for name in ("max_tokens", "max_context_messages", "max_tool_iterations"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                return f"{name} must be at least 1 (got {value})"
+        if self.temperature is not None and not 0 <= self.temperature <= 2:
+            return f"temperature must be between 0 and 2 (got {self.temperature:g})"
+        return None
+
 
 class _Command(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True):
     """Common fields: the target session and the client's correlation id."""
@@ -360,6 +364,8 @@ class Interrupt(_Command, frozen=True, tag="interrupt"):
 
     run_id: str | None = None
     target_request_id: str | None = None
+    # Why: the client asked (or left), or the run outlived a dialect's wait ("timeout").
+    cause: Literal["client", "timeout"] = "client"
 
 
 class Regenerate(_Command, frozen=True, tag="regenerate"):
@@ -708,6 +714,16 @@ def run_end_error(end: RunFinished | RunFailed) -> ErrorInfo | None:
         return None
     return _INTERRUPT_ERRORS[end.interrupt_cause or "client"]
 
+
+def forced_end_error(end: RunFinished | RunFailed) -> ErrorInfo | None:
+    """:func:`run_end_error` for a dialect that has an "interrupted" answer of its own (the
+    native ``interrupted: true``, OpenFang's and Agent-CLI's interrupted markers, ACP's
+    ``cancelled``): a client's interrupt is shown in that form, so this is None for it; a
+    failure, a drain, a shutdown or a timeout is still the dialect's failure form."""
+    if isinstance(end, RunFinished) and end.interrupted and (end.interrupt_cause or "client") == "client":
+        return None
+    return run_end_error(end)
+
 # ---------------------------------------------------------------- replies
 
 
@@ -761,6 +777,14 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     clients: tuple[str, ...] = ()  # who follows it: the transports' names, one each
     model: str = ""  # the model the session's next run uses
     max_turns: int = 0  # its turn limit (0: none)
+    # The principal (key name) it belongs to; lists show a key only its own (kernel/access.py).
+    owner: str = "admin"
+
+    @property
+    def busy(self) -> bool:
+        """A run is going or waiting in its inbox (what decides "keep the idle connection" or
+        "this run must wait")."""
+        return self.run_id is not None or self.queued > 0
 
 
 class _Reply(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True):
@@ -784,14 +808,6 @@ class AgentList(_Reply, frozen=True, tag="agents"):
 
 
 class CommandList(_Reply, frozen=True, tag="commands"):
-    # The principal (key name) it belongs to; lists show a key only its own (kernel/access.py).
-    owner: str = "admin"
-
-    @property
-    def busy(self) -> bool:
-        """A run is going or waiting in its inbox (what decides "keep the idle connection" or
-        "this run must wait")."""
-        return self.run_id is not None or self.queued > 0
     commands: tuple[CommandInfo, ...]
 
 

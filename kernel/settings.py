@@ -155,15 +155,17 @@ class AuthSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_level: str = "info"
+    # SIGTERM: how long runs in flight may go on while the gateway drains (docs/operations.md).
+    drain_s: float = 30.0
     provider: ProviderSettings = msgspec.field(default_factory=ProviderSettings)
     agents: list[AgentSettings] = msgspec.field(default_factory=lambda: [AgentSettings()])
     session: SessionSettings = msgspec.field(default_factory=SessionSettings)
     tools: ToolSettings = msgspec.field(default_factory=ToolSettings)
     store: StoreSettings = msgspec.field(default_factory=StoreSettings)
     cluster: ClusterSettings = msgspec.field(default_factory=ClusterSettings)
+    auth: AuthSettings = msgspec.field(default_factory=AuthSettings)
     # Each transport decodes its own section into its ``Config`` struct.
     transports: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
-    auth: AuthSettings = msgspec.field(default_factory=AuthSettings)
 
 
 ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
@@ -295,6 +297,8 @@ def validate(data: dict[str, Any]) -> Settings:
         if getattr(settings.session, field) < 1:
             problems.append(f"session.{field} must be >= 1")
     problems += _mcp_problems(settings.tools.mcp)
+    if settings.drain_s < 0:
+        problems.append("drain_s must be >= 0")
     if problems:
         raise KernelError("invalid_request", "invalid settings: " + "; ".join(problems))
     return settings

@@ -98,16 +98,20 @@ class PostgresStore:
 
     async def open(self) -> None:
         def create() -> None:
-            with psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, int(self.connect_timeout_s))) as conn:
+            with psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, int(self.connect_timeout_s))) as conn, conn.transaction():
+                # One instance at a time creates or migrates the schema: PostgreSQL's
+                # ``IF NOT EXISTS`` is not safe against a concurrent create (two instances
+                # started together failed with UniqueViolation on pg_namespace / pg_type).
+                # The lock is the transaction's: it goes with the commit, or with a crash.
+                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"gateway store schema {self.schema}",))
                 conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-                conn.execute(f'SET search_path TO "{self.schema}"')
-                with conn.transaction():
-                    conn.execute(_SCHEMA)
-                    row = conn.execute("SELECT version FROM schema_version").fetchone()
-                    if row is None:
-                        conn.execute("INSERT INTO schema_version(version) VALUES (%s)", (SCHEMA_VERSION,))
-                    elif row[0] > SCHEMA_VERSION:
-                        raise RuntimeError(f"store schema {self.schema} has version {row[0]}, newer than this gateway ({SCHEMA_VERSION})")
+                conn.execute(f'SET LOCAL search_path TO "{self.schema}"')
+                conn.execute(_SCHEMA)
+                row = conn.execute("SELECT version FROM schema_version").fetchone()
+                if row is None:
+                    conn.execute("INSERT INTO schema_version(version) VALUES (%s)", (SCHEMA_VERSION,))
+                elif row[0] > SCHEMA_VERSION:
+                    raise RuntimeError(f"store schema {self.schema} has version {row[0]}, newer than this gateway ({SCHEMA_VERSION})")
 
         try:
             await anyio.to_thread.run_sync(create)
@@ -208,10 +212,6 @@ class PostgresStore:
             )
         )
 
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS sessions (
     # -------------------------------------------------------------- keys (kernel/keys.py)
 
     async def insert_key(self, record: KeyRecord) -> bool:
@@ -256,6 +256,10 @@ CREATE TABLE IF NOT EXISTS sessions (
         """One atomic update (concurrent instances all count): a new day restarts the day's counters."""
         await self.call(lambda c: c.execute(KEY_USAGE_SQL, (day, requests, day, tokens, day, requests, tokens, name)))
 
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT PRIMARY KEY,
     agent_id   TEXT NOT NULL,
     label      TEXT,
@@ -274,10 +278,6 @@ CREATE TABLE IF NOT EXISTS kv (
     key   TEXT PRIMARY KEY,
     value BYTEA NOT NULL
 );
-"""
-
-
-def _select_sessions(conn: psycopg.Connection[Any], where: str, args: tuple[Any, ...]) -> list[SessionRecord]:
 -- Sessions' owners (the key that created them; before keys: the admin) and the API keys.
 ALTER TABLE sessions ADD COLUMN IF NOT EXISTS owner TEXT NOT NULL DEFAULT 'admin';
 CREATE TABLE IF NOT EXISTS api_keys (
@@ -292,6 +292,10 @@ CREATE TABLE IF NOT EXISTS api_keys (
     requests_total BIGINT NOT NULL DEFAULT 0,
     tokens_total   BIGINT NOT NULL DEFAULT 0
 );
+"""
+
+
+def _select_sessions(conn: psycopg.Connection[Any], where: str, args: tuple[Any, ...]) -> list[SessionRecord]:
     rows = conn.execute(
         "SELECT s.session_id, s.agent_id, s.label, s.created_at, s.updated_at,"
         " (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.session_id), s.title, s.owner"

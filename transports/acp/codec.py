@@ -348,8 +348,10 @@ def prompt_answer(end: m.RunFinished | m.RunFailed | None, *, cancelled: bool) -
     """
     if cancelled or end is None:
         return {"stopReason": "cancelled"}
-    if isinstance(end, m.RunFailed):
-        raise kernel_failure(end.error)
+    failed = m.forced_end_error(end)  # a drain, shutdown or timeout is an error, not "cancelled"
+    if failed is not None:
+        raise kernel_failure(failed)
+    assert isinstance(end, m.RunFinished)
     return {"stopReason": stop_reason(end), "usage": usage_result(end.usage)}
 
 

@@ -34,7 +34,7 @@ CompleteTag = Literal["Complete", "StreamComplete"]
 NonStreamToolActivity = Literal["omit", "multi"]
 
 #: Kernel error codes -> the document's error kinds (the leading word of ``error``).
-ERROR_KINDS: dict[str, str] = {"parse_error": "parse_error", "timeout": "timeout_error"}
+ERROR_KINDS: dict[str, str] = {"parse_error": "parse_error", "timeout": "timeout_error", "draining": "connection_error"}
 TURN_DECLINED = "The conversation ended: the turn limit was reached and the turn count was not reset."
 TURN_QUESTION = "Reached the maximum number of conversation turns ({max} turns). Reset the turn count to continue?"
 UNREADABLE_ID = "parse_error"
@@ -127,7 +127,7 @@ class AgentCliCodec:
         return self.error(rid, f"{bad.kind}: {bad.message}")
 
     def _command(self, req: ParsedRequest) -> m.Command | str:
-        ids = {"session_id": self.session_id, "request_id": req.request_id}
+        ids: dict[str, Any] = {"session_id": self.session_id, "request_id": req.request_id}
         variant = req.variant
         if variant in ("Text", "Image", "File", "Multi", "Regenerate"):
             if len(self.runs) > self.max_queued_requests:
@@ -276,13 +276,16 @@ class AgentCliCodec:
         if isinstance(event, m.TurnLimitReached):
             turns = wire.TurnInfo(current_turns=event.current_turns, max_turns=event.max_turns, reason=TURN_QUESTION.format(max=event.max_turns))
             return [_frame(self._run(event).request_id, wire.TurnConfirmationBody(turns))]
-        if isinstance(event, m.RunFinished):
+        # A failure, or an interrupt the client did not ask for (drain, shutdown, timeout):
+        # the error frame, never a Complete marker that would make a partial answer look whole.
+        failed = m.forced_end_error(event) if isinstance(event, m.RUN_END_EVENTS) else None
+        if isinstance(event, m.RunFinished) and failed is None:
             return self._finished(event)
-        if isinstance(event, m.RunFailed):
+        if isinstance(event, m.RUN_END_EVENTS) and failed is not None:
             run = self._run(event, end=True)
             self._forget_run(event.run_id)
-            kind = ERROR_KINDS.get(event.error.code, "processing_error")
-            return [_frame(run.request_id, wire.TextBody(event.text), f"{kind}: {event.error.message}", usage(event.usage))]
+            kind = ERROR_KINDS.get(failed.code, "processing_error")
+            return [_frame(run.request_id, wire.TextBody(event.text), f"{kind}: {failed.message}", usage(event.usage))]
         if isinstance(event, m.ContextCleared) and event.request_id in self._pending_clears:
             self._pending_clears.discard(event.request_id)
             return [_frame(event.request_id, wire.TextBody("Context cleared."), None, wire.ZERO_USAGE)]

@@ -36,6 +36,7 @@ from transports.shared import (
     WsRateLimited,
     WsText,
     WsTooLarge,
+    add_health_routes,
     page_url,
     resolve_token,
     serve_http,
@@ -66,7 +67,11 @@ class AgentCliTransport:
             raise ConfigError(f"[transports.agent_cli] agent: {exc.message}") from None
         router = Router(config)
         router.websocket(config.path, partial(_serve_connection, kernel, config))
-        await serve_http(router, config, lag_grace_s=kernel.settings.session.lag_grace_s, task_status=task_status)
+        add_health_routes(router, kernel)
+        await serve_http(
+            router, config, lag_grace_s=kernel.settings.session.lag_grace_s, error_body=router.error_body,
+            connections=(kernel.observers, self.name), task_status=task_status,
+        )
 
     def banner(self, kernel: Kernel, config: AgentCliConfig, address: str | None, command: str) -> list[BannerLine]:
         """The socket's URL, with the token as ``?token=`` when one is set."""
@@ -80,7 +85,6 @@ async def _serve_connection(kernel: Kernel, config: AgentCliConfig, ws: WebSocke
     ws.send_timeout_s = kernel.settings.session.lag_grace_s  # a client that stops reading is cut off
     try:
         opened = await kernel.execute(m.OpenSession(agent_id=config.agent))
-        assert isinstance(opened, m.SessionOpened)
         session_id = opened.session.session_id
         # approval_timeout_s = 0: the kernel's own timeout applies (left unchanged).
         timeout_s = config.approval_timeout_s if config.approval_timeout_s > 0 else msgspec.UNSET
@@ -139,11 +143,10 @@ class _Connection:
     async def busy(self) -> bool:
         """Whether a run of the session is going or waiting (an idle connection is kept then)."""
         try:
-            reply = await self.kernel.execute(m.GetSession(session_id=self.session_id))
+            info = await self.kernel.find_session(self.session_id)
         except KernelError:
             return False
-        assert isinstance(reply, m.SessionOpened)
-        return reply.session.run_id is not None or reply.session.queued > 0
+        return info is not None and info.busy
 
     async def on_frame(self, text: str, tg: TaskGroup) -> None:
         decoded = self.codec.decode(text)

@@ -160,7 +160,7 @@ class RunEncoder:
         """The run's end will not come through this stream (its events were lost)."""
         failed = self.watch.give_up(self.record.thread_id, code, message)
         self.ended = True
-        return [(_encode(self._failed(failed)), None)]
+        return [(_encode(self._failed(failed.error)), None)]
 
     # ---------------------------------------------------------- translation
 
@@ -210,15 +210,18 @@ class RunEncoder:
         self._segment = None
         return finished
 
-    def _failed(self, event: m.RunFailed) -> wire.RunError:
+    def _failed(self, error: m.ErrorInfo) -> wire.RunError:
         self._segment = None
-        return wire.RunError(message=event.error.message, code=event.error.code)
+        return wire.RunError(message=error.message, code=error.code)
 
     def _encode(self, event: m.Event) -> list[wire.Event]:
         group: list[wire.Event] = []
-        if isinstance(event, m.RunFailed):
+        # A failure, or an interrupt the client did not ask for (drain, shutdown, timeout),
+        # is RUN_ERROR; the client's own interrupt is the run's ``cancelled`` outcome.
+        failed = m.forced_end_error(event) if isinstance(event, m.RUN_END_EVENTS) else None
+        if failed is not None:
             self.ended = True
-            return [self._failed(event)]
+            return [self._failed(failed)]
         if isinstance(event, m.RunStarted):
             self._begin(group)
         elif isinstance(event, m.TurnStarted):

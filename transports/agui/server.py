@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import anyio
 import msgspec
@@ -28,7 +28,20 @@ from anyio.abc import TaskStatus
 from kernel import Follower, Kernel, KernelError, RunFollower
 from kernel import model as m
 from transports.base import BannerLine
-from transports.shared import ConfigError, HttpError, Request, Response, Router, format_sse, json_response, open_sse, serve_http, write_frames
+from transports.shared import (
+    ConfigError,
+    HttpError,
+    Request,
+    Response,
+    Router,
+    add_health_routes,
+    add_metrics_route,
+    format_sse,
+    json_response,
+    open_sse,
+    serve_http,
+    write_frames,
+)
 
 from . import codec
 from .config import AguiConfig, check_config
@@ -36,6 +49,7 @@ from .events import Frame, RunEncoder, RunIndex, RunRecord, Segment, snapshot_me
 from .wire import RunAgentInput
 
 log = logging.getLogger("gateway.agui")
+T = TypeVar("T")
 
 #: The name this transport gives its followers (``SessionInfo.clients``).
 CLIENT = "agui"
@@ -72,35 +86,18 @@ class AguiApi:
         router.get(f"{path}/threads/{{thread_id}}/events")(self.events)
         router.post(f"{path}/threads/{{thread_id}}/interrupt")(self.interrupt)
 
-    async def _execute(self, command: m.Command) -> m.Reply:
+    async def _execute(self, call: Awaitable[T]) -> T:
+        """Await a kernel call; a refusal becomes AG-UI's error answer."""
         try:
-            return await self.kernel.execute(command)
+            return await call
         except KernelError as exc:
             _refuse(codec.from_kernel(exc.info()))
-
-    async def _history(self, thread_id: str) -> tuple[m.Message, ...]:
-        reply = await self._execute(m.GetHistory(session_id=thread_id))
-        assert isinstance(reply, m.HistoryView)
-        return reply.messages
-
-    async def _known_thread(self, thread_id: str) -> m.SessionInfo | None:
-        """The thread's session, None when there is none yet."""
-        try:
-            reply = await self.kernel.execute(m.GetSession(session_id=thread_id))
-        except KernelError as exc:
-            if exc.code == "not_found":
-                return None
-            _refuse(codec.from_kernel(exc.info()))
-        assert isinstance(reply, m.SessionOpened)
-        return reply.session
 
     async def _thread(self, request: Request) -> m.SessionInfo:
         thread_id = request.path_params["thread_id"]
         if not codec.valid_thread_id(thread_id):
             _refuse(codec.bad_request(f"Not a thread id: {thread_id!r}"))
-        reply = await self._execute(m.GetSession(session_id=thread_id))
-        assert isinstance(reply, m.SessionOpened)
-        return reply.session
+        return (await self._execute(self.kernel.execute(m.GetSession(session_id=thread_id)))).session
 
     # ---------------------------------------------------------- runs
 
@@ -108,27 +105,26 @@ class AguiApi:
         parsed = codec.decode_input(await request.body())
         if isinstance(parsed, codec.AguiError):
             _refuse(parsed)
-        known = await self._known_thread(parsed.thread_id)
+        known = await self._execute(self.kernel.find_session(parsed.thread_id))  # None: a new thread
         if parsed.resume:
             return await self._resume(request, parsed, known or m.SessionInfo(session_id=parsed.thread_id, agent_id=""))
         if known is not None and known.state in ("awaiting_tool_approval", "awaiting_turn_confirmation"):
             _refuse(codec.AguiError(status=409, code="busy", message=f"Thread {known.session_id!r} waits for the answer to an interrupt: send it in resume."))
-        history = await self._history(known.session_id) if known is not None and known.message_count else ()
+        history = (await self._execute(self.kernel.execute(m.GetHistory(session_id=known.session_id)))).messages if known is not None and known.message_count else ()
         agent_id = known.agent_id if known is not None else self.kernel.agent(self.agent_id).agent_id()
         plan = codec.plan_run(parsed, history, agent_prompt=self._agent_prompt(agent_id))
         if isinstance(plan, codec.AguiError):
             _refuse(plan)
         # The thread is created once its first run is known to be a good one.
-        opened = await self._execute(m.OpenSession(session_id=parsed.thread_id, agent_id=self.agent_id))
-        assert isinstance(opened, m.SessionOpened)
+        opened = await self._execute(self.kernel.execute(m.OpenSession(session_id=parsed.thread_id, agent_id=self.agent_id)))
         info = opened.session
         save, command = codec.run_commands(plan, info.session_id, parsed.run_id)
         if save is not None:
-            await self._execute(save)
+            await self._execute(self.kernel.execute(save))
         first = Segment(run_id=parsed.run_id, parent_run_id=parsed.parent_run_id)
         if command is None:
             encoder = RunEncoder(RunRecord(info.session_id, "", first, after_seq=info.last_seq))
-            frames = encoder.sync(snapshot_messages(info.session_id, await self._history(info.session_id)))
+            frames = encoder.sync(snapshot_messages(info.session_id, (await self._execute(self.kernel.execute(m.GetHistory(session_id=info.session_id)))).messages))
             return await self._stream(request, encoder, _no_events, frames)
         try:
             run = await RunFollower.start(self.kernel, command, policy=self.policy, stop_on_loss=True, client=CLIENT, decline_on_close=False)
@@ -157,13 +153,13 @@ class AguiApi:
         record.resumed[plan.interrupt_id] = segment
         follower, events = replay
         async with follower:  # subscribed before the answer: nothing it causes is missed
-            await self._execute(plan.answer)
+            await self._execute(self.kernel.execute(plan.answer))
             encoder = RunEncoder(record, after=after)
             return await self._stream(request, encoder, follower.next_batch, encoder.feed(events), answered=plan.interrupt_id)
 
     async def interrupt(self, request: Request) -> Response:
         info = await self._thread(request)
-        await self._execute(m.Interrupt(session_id=info.session_id))
+        await self._execute(self.kernel.execute(m.Interrupt(session_id=info.session_id)))
         return json_response(200, {"threadId": info.session_id, "interrupted": True})
 
     # ---------------------------------------------------------- reconnect
@@ -197,7 +193,7 @@ class AguiApi:
 
     async def _snapshot(self, request: Request, info: m.SessionInfo) -> Response | None:
         """The thread's messages, then the active run's events from now (if one is running)."""
-        messages = snapshot_messages(info.session_id, await self._history(info.session_id))
+        messages = snapshot_messages(info.session_id, (await self._execute(self.kernel.execute(m.GetHistory(session_id=info.session_id)))).messages)
         record = RunRecord(info.session_id, info.run_id or "", Segment(run_id=f"{info.session_id}:{info.last_seq}"), after_seq=info.last_seq)
         encoder = RunEncoder(record)
         if info.run_id is None:
@@ -258,6 +254,8 @@ class AguiApp:
         self.router = Router(router_config, error_body=codec.error_body, cors=bool(config.cors_origins))
         self.api = AguiApi(kernel, config)
         self.api.register(self.router)
+        add_health_routes(self.router, kernel)
+        add_metrics_route(self.router, kernel.observers.metrics)
 
 
 class AguiTransport:
@@ -268,7 +266,10 @@ class AguiTransport:
     async def serve(self, kernel: Kernel, config: AguiConfig, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED) -> None:
         check_config(config)
         app = AguiApp(kernel, config)  # a bad agent or policy is refused before anything is bound
-        await serve_http(app.router, config, lag_grace_s=kernel.settings.session.lag_grace_s, task_status=task_status)
+        await serve_http(
+            app.router, config, lag_grace_s=kernel.settings.session.lag_grace_s, error_body=app.router.error_body,
+            connections=(kernel.observers, self.name), task_status=task_status,
+        )
 
     def banner(self, kernel: Kernel, config: AguiConfig, address: str | None, command: str) -> list[BannerLine]:
         """The endpoint an AG-UI client (``HttpAgent({url})``) posts its runs to."""

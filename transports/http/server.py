@@ -24,7 +24,7 @@ from anyio.abc import TaskStatus
 
 from kernel import Kernel
 from transports.base import BannerLine
-from transports.shared import ClientLimiter, Router, page_url, resolve_token, serve_http
+from transports.shared import ClientLimiter, Router, add_health_routes, add_metrics_route, page_url, resolve_token, serve_http
 
 from .anthropic import codec as anthropic_codec
 from .anthropic.routes import AnthropicApi
@@ -71,11 +71,15 @@ class HttpApp:
         router_config = msgspec.structs.replace(config, allowed_origins=list(config.cors_origins))
         cors = bool(config.cors_origins)
         limiter = ClientLimiter(config.rate_limit_per_minute)
-        self.native = Router(router_config, error_body=native_codec.native_error_body, cors=cors, limiter=limiter)
-        self.openai = Router(router_config, error_body=openai_codec.openai_error_body, cors=cors, limiter=limiter)
+        # Every router resolves credentials through the kernel's keys (request.caller).
+        keys, name = kernel, HttpTransport.name
+        self.native = Router(router_config, error_body=native_codec.native_error_body, cors=cors, limiter=limiter, keys=keys, transport=name)
+        self.openai = Router(router_config, error_body=openai_codec.openai_error_body, cors=cors, limiter=limiter, keys=keys, transport=name)
         NativeApi(
             kernel, keepalive_s=config.sse_keepalive_s, run_timeout_s=config.run_timeout_s, sessions_poll_s=config.sessions_poll_s
         ).register(self.native)
+        add_health_routes(self.native, kernel)
+        add_metrics_route(self.native, kernel.observers.metrics)
         if config.console:
             ConsolePages(self.native.token).register(self.native)
         policy = openai_policy(config.openai_tool_approval)
@@ -84,7 +88,7 @@ class HttpApp:
             kernel, keepalive_s=config.sse_keepalive_s, run_timeout_s=config.run_timeout_s, policy=policy,
             stored=ResponseStore(config.stored_responses, config.stored_responses_bytes),
         ).register(self.openai)
-        self.anthropic = Router(router_config, error_body=anthropic_codec.anthropic_error_body, cors=cors, limiter=limiter)
+        self.anthropic = Router(router_config, error_body=anthropic_codec.anthropic_error_body, cors=cors, limiter=limiter, keys=keys, transport=name)
         AnthropicApi(
             kernel, keepalive_s=config.sse_keepalive_s, run_timeout_s=config.run_timeout_s, policy=policy,
             signing_key=signing_key(self.anthropic.token),
@@ -109,7 +113,10 @@ class HttpTransport:
     ) -> None:
         check_config(config)
         app = HttpApp(kernel, config)
-        await serve_http(app, config, lag_grace_s=kernel.settings.session.lag_grace_s, task_status=task_status)
+        await serve_http(
+            app, config, lag_grace_s=kernel.settings.session.lag_grace_s, error_body=app.native.error_body,
+            connections=(kernel.observers, self.name), task_status=task_status,
+        )
 
     def banner(self, kernel: Kernel, config: HttpConfig, address: str | None, command: str) -> list[BannerLine]:
         """The API's base URL (the OpenAI SDK's ``base_url``) and the console's, with its login."""

@@ -402,9 +402,13 @@ class TurnEncoder:
                     "Reply /continue to go on or /stop to end the turn."
                 )
                 return [CommandResult(command="turn_limit", message=message)]
-            case m.RunFinished():
+            case m.RunFinished() if m.forced_end_error(event) is None:
                 return self._finished(event)
-            case m.RunFailed(error=error):
+            case m.RunFinished() | m.RunFailed():
+                # A failure, or an interrupt the client did not ask for (drain, shutdown,
+                # timeout): OpenFang's error frame, never a normal-looking response.
+                error = m.forced_end_error(event)
+                assert error is not None
                 self._end(event)
                 return [Typing(state="stop"), ErrorOut(content=error.message)]
         return []
@@ -583,7 +587,7 @@ class Connection:
     def _local_answer(self, name: str, facts: SessionFacts) -> CommandResult:
         info = facts.info
         if name == "queue":
-            busy = info is not None and (info.run_id is not None or info.queued > 0)
+            busy = info is not None and info.busy
             return CommandResult(command=name, message="Agent is processing a request..." if busy else "Agent is idle.")
         if name == "usage":
             usage = info.usage if info is not None else m.Usage()

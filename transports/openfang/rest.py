@@ -25,6 +25,7 @@ import msgspec
 
 from kernel import Kernel, RunFollower, decode_json
 from kernel import model as m
+from kernel.errors import http_headers, http_status
 from transports.shared import (
     HttpError,
     Request,
@@ -45,7 +46,6 @@ from .rest_codec import (
     agent_json,
     commands_json,
     history_json,
-    http_status,
     message_reply,
     ok,
     session_json,
@@ -70,7 +70,7 @@ def _body_or_empty(raw: bytes, type_: type[T]) -> T:
 
 def refused(exc: m.KernelError) -> HttpError:
     """A kernel refusal as the HTTP error OpenFang's clients read (status from its code)."""
-    return HttpError(http_status(exc.code), exc.message, code=exc.code)
+    return HttpError(http_status(exc.code), exc.message, code=exc.code, headers=http_headers(exc.info()))
 
 
 async def guarded(call: Awaitable[T]) -> T:
@@ -129,9 +129,6 @@ class OpenFangRest:
             raise HttpError(404, "Session not found", code="not_found")
         return info
 
-    async def _execute(self, command: m.Command) -> m.Reply:
-        return await guarded(self.kernel.execute(command))
-
     async def _prompt(self, request: Request) -> m.Prompt:
         """The body of ``/message`` as a prompt to the session it names, else the active one."""
         agent_id = self._agent_id(request)
@@ -173,8 +170,7 @@ class OpenFangRest:
         })
 
     async def status(self, request: Request) -> Response:
-        report = await self._execute(m.GetStatus())
-        assert isinstance(report, m.StatusReport)
+        report = await guarded(self.kernel.execute(m.GetStatus()))
         return json_response(200, {
             "status": "running", "version": report.version, "uptime_seconds": int(report.uptime_s),
             "agent_count": report.agents, "sessions": report.sessions, "active_runs": report.active_runs,
@@ -239,15 +235,13 @@ class OpenFangRest:
     async def get_session(self, request: Request) -> Response:
         agent_id = self._agent_id(request)
         session_id = await self.sessions.get(agent_id)
-        history = await self._execute(m.GetHistory(session_id=session_id))
-        assert isinstance(history, m.HistoryView)
+        history = await guarded(self.kernel.execute(m.GetHistory(session_id=session_id)))
         return json_response(200, history_json(session_id, agent_id, history.messages))
 
     async def list_sessions(self, request: Request) -> Response:
         agent_id = self._agent_id(request)
         active = await self.sessions.get(agent_id)
-        listing = await self._execute(m.ListSessions(agent_id=agent_id))
-        assert isinstance(listing, m.SessionList)
+        listing = await guarded(self.kernel.execute(m.ListSessions(agent_id=agent_id)))
         return json_response(200, sessions_json(listing.sessions, {active}))
 
     async def create_session(self, request: Request) -> Response:
@@ -268,7 +262,7 @@ class OpenFangRest:
     async def reset_session(self, request: Request) -> Response:
         """Clear the active session's context (in place: its id stays), after a running turn."""
         session_id = (await guarded(self.sessions.open_active(self._agent_id(request)))).session_id
-        reply = await self._execute(m.ClearContext(session_id=session_id))
+        reply = await guarded(self.kernel.execute(m.ClearContext(session_id=session_id)))
         queued = isinstance(reply, m.Accepted) and reply.queued
         return json_response(200, ok("Session reset", session_id=public_session_id(session_id), queued=queued))
 
@@ -281,20 +275,18 @@ class OpenFangRest:
     async def clear_history(self, request: Request) -> Response:
         """Every session of the agent loses its history (OpenFang's "all history"); the sessions stay."""
         agent_id = self._agent_id(request)
-        listing = await self._execute(m.ListSessions(agent_id=agent_id))
-        assert isinstance(listing, m.SessionList)
+        listing = await guarded(self.kernel.execute(m.ListSessions(agent_id=agent_id)))
         for info in listing.sessions:
-            await self._execute(m.ClearHistory(session_id=info.session_id))
+            await guarded(self.kernel.execute(m.ClearHistory(session_id=info.session_id)))
         return json_response(200, ok("All history cleared", sessions=len(listing.sessions)))
 
     async def all_sessions(self, request: Request) -> Response:
-        listing = await self._execute(m.ListSessions())
-        assert isinstance(listing, m.SessionList)
+        listing = await guarded(self.kernel.execute(m.ListSessions()))
         return json_response(200, sessions_json(listing.sessions, self.sessions.active_ids()))
 
     async def delete_session(self, request: Request) -> Response:
         info = await self._path_session(request)
-        await self._execute(m.DeleteSession(session_id=info.session_id))
+        await guarded(self.kernel.execute(m.DeleteSession(session_id=info.session_id)))
         self.sessions.forget(info.agent_id, info.session_id)
         return json_response(200, {"status": "deleted", "session_id": public_session_id(info.session_id)})
 

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from kernel import model as m
+from kernel.errors import http_status
 from transports.shared.coalesce import DeltaCoalescer
 
 from .codec import INPUT_PREVIEW, RESULT_PREVIEW, WEB_COMMANDS
@@ -98,8 +99,10 @@ def history_json(session_id: str, agent_id: str, messages: Sequence[m.Message]) 
 
 def message_reply(end: m.RunFinished | m.RunFailed, session_id: str) -> tuple[int, dict[str, Any]]:
     """``POST /message``: the status and body for the end of its run."""
-    if isinstance(end, m.RunFailed):
-        return http_status(end.error.code), {"error": end.error.message}
+    failed = m.forced_end_error(end)
+    if failed is not None:
+        return http_status(failed.code), {"error": failed.message}
+    assert isinstance(end, m.RunFinished)
     body: dict[str, Any] = {
         "response": end.text, "input_tokens": end.usage.input_tokens, "output_tokens": end.usage.output_tokens,
         "iterations": end.iterations, "cost_usd": None, "session_id": public_session_id(session_id),
@@ -204,15 +207,17 @@ class SseEncoder:
             case m.ToolResult(call_id=call_id, name=name, result=result, outcome=outcome):
                 input_ = self._inputs.pop(call_id, "")
                 return [("tool_result", {"tool": name, "id": call_id, "input": input_, "result": result[: RESULT_PREVIEW["full"]], "is_error": outcome != "ok"})]
-            case m.RunFinished(usage=usage, interrupted=interrupted):
+            case m.RunFinished(usage=usage, interrupted=interrupted) if m.forced_end_error(event) is None:
                 self.finished = True
                 done: dict[str, Any] = {"done": True, "usage": _usage(usage)}
                 if interrupted:
                     done["interrupted"] = True
                 return [("phase", {"phase": "done", "detail": None}), ("done", done)]
-            case m.RunFailed(error=error, usage=usage):
+            case m.RunFinished(usage=usage) | m.RunFailed(usage=usage):
                 self.finished = True
-                return [("error", {"error": error.message}), ("done", {"done": True, "usage": _usage(usage)})]
+                failed = m.forced_end_error(event)
+                assert failed is not None
+                return [("error", {"error": failed.message}), ("done", {"done": True, "usage": _usage(usage)})]
         return []
 
 
@@ -227,23 +232,3 @@ def _chunk_text(item: SseEvent) -> str | None:
 
 def _usage(usage: m.Usage) -> dict[str, int]:
     return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
-
-
-HTTP_STATUS: dict[str, int] = {
-    "parse_error": 400,
-    "invalid_request": 400,
-    "not_found": 404,
-    "busy": 409,
-    "unauthorized": 401,
-    "rate_limited": 429,
-    "too_large": 413,
-    "provider_error": 502,
-    "tool_error": 500,
-    "timeout": 504,
-    "internal": 500,
-}
-
-
-def http_status(code: str) -> int:
-    """The HTTP status for a kernel error code."""
-    return HTTP_STATUS.get(code, 500)

@@ -34,6 +34,8 @@ from transports.shared import (
     WsRateLimited,
     WsText,
     WsTooLarge,
+    add_health_routes,
+    add_metrics_route,
     page_url,
     resolve_token,
     serve_http,
@@ -65,6 +67,8 @@ def build_app(kernel: Kernel, config: OpenFangConfig, console: ConsoleFactory | 
     uploads = UploadStore(max_bytes=config.upload_store_bytes, ttl_s=config.upload_ttl_s)
     OpenFangRest(kernel, config, agents=agents, sessions=sessions, uploads=uploads).register(router)
     OpenFangDashboard(kernel, config, agents=agents, sessions=sessions).register(router)
+    add_health_routes(router, kernel)
+    add_metrics_route(router, kernel.observers.metrics)
 
     def known_agent(ws: WebSocket) -> None:
         # After the built-in 401 / 403 Origin / 429 per-IP checks: 400 bad id, 404 unknown.
@@ -187,7 +191,6 @@ class AgentSocket:
         session_id = await self._session_for(command.session_id)
         try:
             reply = await self.kernel.execute(m.GetSession(session_id=session_id))
-            assert isinstance(reply, m.SessionOpened)
             info: m.SessionInfo | None = reply.session
         except m.KernelError:  # not created yet
             info = None
@@ -254,7 +257,10 @@ class OpenFangTransport:
     ) -> None:
         self.console = console
         app = build_app(kernel, config, console)
-        await serve_http(app, config, lag_grace_s=kernel.settings.session.lag_grace_s, task_status=task_status)
+        await serve_http(
+            app, config, lag_grace_s=kernel.settings.session.lag_grace_s, error_body=app.error_body,
+            connections=(kernel.observers, self.name), task_status=task_status,
+        )
 
     def banner(self, kernel: Kernel, config: OpenFangConfig, address: str | None, command: str) -> list[BannerLine]:
         """Each agent's WebSocket URL (with the token a browser client passes as ``?token=``),

@@ -146,5 +146,5 @@ class PacketBackend:
         """The caller gave up (timeout): interrupt our run (even while it is queued) and
         wait (bounded) for its end, so the next message starts on a quiet session."""
         with anyio.move_on_after(self.abandon_grace_s):
-            if await run.interrupt():
+            if await run.interrupt("timeout"):
                 await run.wait()

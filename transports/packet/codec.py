@@ -258,8 +258,9 @@ class RunCollector:
             elif call is not None:
                 call["result"] = event.result
         elif isinstance(event, m.RunFinished):
-            if event.interrupted:
-                return fail("interrupted before the answer was complete")
+            failed = m.run_end_error(event)  # any interrupt: the message names its cause
+            if failed is not None:
+                return fail(failed.message)
             return ok(
                 {
                     "success": True,

@@ -21,9 +21,11 @@ from kernel import lazy_exports
 _MODULES: dict[str, tuple[str, ...]] = {
     "._config": ("LOOPBACK_ORIGINS", "TOKEN_ENV_VAR", "ConfigError", "ServerConfig", "is_loopback_host", "resolve_token", "validate_bind"),
     "._http": ("ErrorShaper", "Headers", "HttpError", "Request", "Response", "default_error_body", "error_response", "json_response"),
+    "._health": ("ReadinessSource", "add_health_routes"),
     "._lines": ("LineReader", "LineTooLong", "LineWriter"),
     "._router": ("HttpHandler", "Router", "WebSocketHandler"),
     "._security": (
+        "ANONYMOUS", "KeyResolver", "resolve_caller", "resolve_principal", "traceparent_of",
         "TOKEN_COOKIE", "ClientLimiter", "SlidingWindowLimiter", "cookie_value", "extract_token", "host_allowed", "host_name",
         "origin_allowed", "same_origin", "token_cookie", "token_cookie_name", "token_matches",
     ),
@@ -31,12 +33,12 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "._sse": ("SSEStream", "format_sse", "open_sse", "wait_disconnect", "write_frames"),
     "._static": ("PAGE_HEADERS", "page_url", "static_response"),
     "._tasks": ("RunTask", "TaskBook", "TaskState", "end_state", "session_of", "task_from_history"),
-    "._tasks": ("RunTask", "TaskBook", "TaskState", "end_state", "session_of", "task_from_history"),
     "._tcplines": ("LineConnection", "LineServerConfig", "LineSplitter", "serve_lines"),
     "._websocket": (
         "CLOSE_GOING_AWAY", "CLOSE_INTERNAL_ERROR", "CLOSE_NORMAL", "CLOSE_POLICY_VIOLATION", "CLOSE_TOO_BIG",
         "WebSocket", "WebSocketCheck", "WsClosed", "WsEvent", "WsIdle", "WsInvalidFrame", "WsRateLimited", "WsText", "WsTooLarge",
     ),
+    "._telemetry": ("LOG_RING", "ConnectionObserver", "LogRing", "MetricsSource", "add_metrics_route", "iso_time", "stream_log_entries"),
     ".coalesce": ("DeltaCoalescer",),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
@@ -51,6 +53,8 @@ if TYPE_CHECKING:
     from ._config import is_loopback_host as is_loopback_host
     from ._config import resolve_token as resolve_token
     from ._config import validate_bind as validate_bind
+    from ._health import ReadinessSource as ReadinessSource
+    from ._health import add_health_routes as add_health_routes
     from ._http import ErrorShaper as ErrorShaper
     from ._http import Headers as Headers
     from ._http import HttpError as HttpError
@@ -65,18 +69,23 @@ if TYPE_CHECKING:
     from ._router import HttpHandler as HttpHandler
     from ._router import Router as Router
     from ._router import WebSocketHandler as WebSocketHandler
+    from ._security import ANONYMOUS as ANONYMOUS
     from ._security import TOKEN_COOKIE as TOKEN_COOKIE
     from ._security import ClientLimiter as ClientLimiter
+    from ._security import KeyResolver as KeyResolver
     from ._security import SlidingWindowLimiter as SlidingWindowLimiter
     from ._security import cookie_value as cookie_value
     from ._security import extract_token as extract_token
     from ._security import host_allowed as host_allowed
     from ._security import host_name as host_name
     from ._security import origin_allowed as origin_allowed
+    from ._security import resolve_caller as resolve_caller
+    from ._security import resolve_principal as resolve_principal
     from ._security import same_origin as same_origin
     from ._security import token_cookie as token_cookie
     from ._security import token_cookie_name as token_cookie_name
     from ._security import token_matches as token_matches
+    from ._security import traceparent_of as traceparent_of
     from ._serve import base_url as base_url
     from ._serve import build_hypercorn_config as build_hypercorn_config
     from ._serve import serve_asgi as serve_asgi
@@ -96,16 +105,17 @@ if TYPE_CHECKING:
     from ._tasks import end_state as end_state
     from ._tasks import session_of as session_of
     from ._tasks import task_from_history as task_from_history
-    from ._tasks import RunTask as RunTask
-    from ._tasks import TaskBook as TaskBook
-    from ._tasks import TaskState as TaskState
-    from ._tasks import end_state as end_state
-    from ._tasks import session_of as session_of
-    from ._tasks import task_from_history as task_from_history
     from ._tcplines import LineConnection as LineConnection
     from ._tcplines import LineServerConfig as LineServerConfig
     from ._tcplines import LineSplitter as LineSplitter
     from ._tcplines import serve_lines as serve_lines
+    from ._telemetry import LOG_RING as LOG_RING
+    from ._telemetry import ConnectionObserver as ConnectionObserver
+    from ._telemetry import LogRing as LogRing
+    from ._telemetry import MetricsSource as MetricsSource
+    from ._telemetry import add_metrics_route as add_metrics_route
+    from ._telemetry import iso_time as iso_time
+    from ._telemetry import stream_log_entries as stream_log_entries
     from ._websocket import CLOSE_GOING_AWAY as CLOSE_GOING_AWAY
     from ._websocket import CLOSE_INTERNAL_ERROR as CLOSE_INTERNAL_ERROR
     from ._websocket import CLOSE_NORMAL as CLOSE_NORMAL

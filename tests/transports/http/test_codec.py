@@ -109,7 +109,7 @@ def test_run_collector_transcript() -> None:
     assert isinstance(result, wire.RunResult)
     assert msgspec.to_builtins(result) == {
         "type": "run_result", "session_id": "s", "run_id": "r1", "request_id": "q", "text": "done", "reasoning": "thinking",
-        "usage": {"input_tokens": 1, "output_tokens": 2}, "stop_reason": "end_turn", "interrupted": False, "iterations": 1,
+        "usage": {"input_tokens": 1, "output_tokens": 2}, "stop_reason": "end_turn", "interrupted": False, "iterations": 1, "interrupt_cause": None,
         "tool_calls": [{"call_id": "c", "name": "add", "arguments": "{}", "result": "0", "is_error": False, "rejected": False}],
     }
     failed = codec.RunCollector()

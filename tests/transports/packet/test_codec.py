@@ -146,7 +146,9 @@ def test_run_collector_failures() -> None:
     ids = {"session_id": "packet", "run_id": "run1", "request_id": "r1"}
     failed = m.RunFailed(**ids, error=m.ErrorInfo(code="provider_error", message="upstream exploded"))
     assert _run(failed) == [codec.fail("upstream exploded")]
-    assert _run(m.RunFinished(**ids, text="part", interrupted=True)) == [codec.fail("interrupted before the answer was complete")]
+    assert _run(m.RunFinished(**ids, text="part", interrupted=True)) == [codec.fail("The run was interrupted before its answer was complete")]
+    drained = m.RunFinished(**ids, text="part", interrupted=True, interrupt_cause="drain")
+    assert _run(drained) == [codec.fail("The gateway is draining: the run was interrupted before its answer was complete")]
 
 
 def test_replies_to_answers() -> None:

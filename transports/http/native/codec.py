@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 
-from kernel import decode_json
+from kernel import MAX_WIRE_INT, decode_json, parse_wire_int
 from kernel import model as m
 
 from .wire import ApiError, CommandBody, PromptBody, RegenerateBody, RunResult, SessionCreate, SessionRemoved, ToolCallRecord
@@ -170,10 +170,10 @@ def command_command(session_id: str, body: CommandBody) -> m.RunCommand | ApiErr
 def parse_int(value: str | None, what: str, *, minimum: int = 0) -> int | ApiError | None:
     if value is None or value == "":
         return None
-    text = value.strip()
-    if not text.isdigit() or int(text) < minimum:
-        return ApiError(status=400, code="invalid_request", message=f"{what} must be an integer >= {minimum}")
-    return int(text)
+    parsed = parse_wire_int(value, minimum=minimum)
+    if parsed is None:
+        return ApiError(status=400, code="invalid_request", message=f"{what} must be an integer from {minimum} to {MAX_WIRE_INT}")
+    return parsed
 
 
 def resume_after(last_event_id: str | None, after: str | None) -> int | ApiError | None:
@@ -321,4 +321,5 @@ class RunCollector:
             interrupted=end.interrupted,
             iterations=end.iterations,
             tool_calls=list(self.calls.values()),
+            interrupt_cause=(end.interrupt_cause or "client") if end.interrupted else None,
         )

@@ -103,20 +103,19 @@ class NativeApi:
 
     # ---------------------------------------------------------- helpers
 
-    async def _execute(self, command: m.Command) -> m.Reply:
+    async def _execute(self, call: Awaitable[T]) -> T:
+        """Await a kernel call; a refusal becomes the dialect's error answer."""
         try:
-            return await self.kernel.execute(command)
+            return await call
         except KernelError as exc:
             _refuse(codec.kernel_error(exc))
 
     async def _reply(self, command: m.Command, status: int = 200) -> Response:
-        return json_response(status, await self._execute(command))
+        return json_response(status, await self._execute(self.kernel.execute(command)))
 
     async def _session(self, session_id: str) -> m.SessionOpened:
         """The session, which must exist (loaded from the store if not live)."""
-        reply = await self._execute(m.GetSession(session_id=session_id))
-        assert isinstance(reply, m.SessionOpened)
-        return reply
+        return await self._execute(self.kernel.execute(m.GetSession(session_id=session_id)))
 
     async def _session_id(self, request: Request) -> str:
         """The path's session id, once the session is known to exist (404 otherwise)."""
@@ -156,8 +155,7 @@ class NativeApi:
         if session_id is not None:
             await self._session(session_id)
         elif name in self.kernel.tools:
-            opened = await self._execute(m.OpenSession(session_id=DIRECT_TOOLS_SESSION, label="direct tool calls (http)"))
-            assert isinstance(opened, m.SessionOpened)
+            opened = await self._execute(self.kernel.execute(m.OpenSession(session_id=DIRECT_TOOLS_SESSION, label="direct tool calls (http)")))
             session_id = opened.session.session_id
         return await self._reply(m.ExecuteTool(session_id=session_id, name=name, arguments=body.arguments))
 
@@ -171,8 +169,7 @@ class NativeApi:
         return None
 
     async def _overview(self, command: m.ListSessions) -> tuple[tuple[m.SessionInfo, ...], m.StatusReport]:
-        listing, status = await self._execute(command), await self._execute(m.GetStatus())
-        assert isinstance(listing, m.SessionList) and isinstance(status, m.StatusReport)
+        listing, status = await self._execute(self.kernel.execute(command)), await self._execute(self.kernel.execute(m.GetStatus()))
         return listing.sessions, status
 
     async def _watch_sessions(self, request: Request, command: m.ListSessions) -> None:
@@ -241,7 +238,7 @@ class NativeApi:
     async def clear_context(self, request: Request) -> Response:
         """Clear the context (and so the stored history) behind any run, telling every
         follower with a ``context_cleared`` event; 202 ``accepted`` when it waits its turn."""
-        reply = await self._execute(m.ClearContext(session_id=await self._session_id(request)))
+        reply = await self._execute(self.kernel.execute(m.ClearContext(session_id=await self._session_id(request))))
         return json_response(202 if isinstance(reply, m.Accepted) else 200, reply)
 
     async def clear_history(self, request: Request) -> Response:
@@ -285,7 +282,7 @@ class NativeApi:
         while not ended:
             batch = await run.next_batch(deadline)
             if not batch:  # the deadline passed
-                await run.interrupt()
+                await run.interrupt("timeout")
                 return _error_response(codec.run_timeout(run.run_id, self.run_timeout_s))
             for event in batch:
                 ended = collector.feed(event)

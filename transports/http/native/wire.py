@@ -84,6 +84,8 @@ class RunResult(msgspec.Struct, kw_only=True, tag="run_result", tag_field="type"
     interrupted: bool
     iterations: int
     tool_calls: list[ToolCallRecord]
+    # With ``interrupted``: why (client, drain, shutdown, timeout) — the answer is not whole.
+    interrupt_cause: str | None = None
 
 
 class SessionRemoved(msgspec.Struct, frozen=True, kw_only=True, tag="session_removed", tag_field="type"):

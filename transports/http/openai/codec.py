@@ -428,7 +428,6 @@ def run_command(plan: ChatPlan, session_id: str, request_id: str) -> m.Prompt | 
 
 FINISH_REASONS: dict[str, str] = {
     "end_turn": "stop",
-    "interrupted": "stop",
     "max_tokens": "length",
     "tool_iterations": "length",
     "turn_limit": "length",
@@ -451,11 +450,20 @@ def reasoning_text(events: Sequence[m.Event]) -> str:
     return "".join(event.text for event in events if isinstance(event, m.ReasoningDelta))
 
 
+def end_error(end: m.RunFinished | m.RunFailed) -> OpenAIError | None:
+    """The error a run's end is, in OpenAI's shape (None: the answer is whole). An
+    interrupted answer is one too — drained, shut down, timed out or cut by an interrupt —
+    so that no client takes a partial answer for a complete one (``kernel.run_end_error``)."""
+    error = m.run_end_error(end)
+    return from_error_info(error) if error is not None else None
+
+
 def failed_before_output(end: m.RunFinished | m.RunFailed | None, events: Sequence[m.Event]) -> OpenAIError | None:
-    """The run failed before any text: a stream whose headers are not sent yet answers
-    with the failure's real HTTP status (the usual case for an upstream rate limit)."""
-    if isinstance(end, m.RunFailed) and not any(isinstance(e, OUTPUT) for e in events):
-        return from_error_info(end.error)
+    """The run failed (or was interrupted) before any text: a stream whose headers are not
+    sent yet answers with the failure's real HTTP status (the usual case for an upstream
+    rate limit)."""
+    if end is not None and not any(isinstance(e, OUTPUT) for e in events):
+        return end_error(end)
     return None
 
 

@@ -89,7 +89,6 @@ class OpenAIApi:
     async def _conversation(self, plan: ChatPlan, request_id: str) -> AsyncIterator[RunFollower]:
         """The request's run, started in its ephemeral session; the session is deleted after."""
         opened = await self.kernel.execute(codec.open_session(plan))
-        assert isinstance(opened, m.SessionOpened)
         session_id = opened.session.session_id
         try:
             history = codec.save_history(plan, session_id)
@@ -106,7 +105,7 @@ class OpenAIApi:
                     log.debug("deleting ephemeral session %s: %s", session_id, error.message)
 
     async def _unanswered(self, run: RunFollower, why: Unanswered) -> Response:
-        await run.interrupt()
+        await run.interrupt("client" if why == "gone" else "timeout")
         return _error(codec.client_gone() if why == "gone" else codec.run_timeout(self.run_timeout_s))
 
     async def _complete(self, request: Request, run: RunFollower, plan: ChatPlan, completion_id: str) -> Response:
@@ -114,8 +113,10 @@ class OpenAIApi:
         if why is not None:
             return await self._unanswered(run, why)
         end = run.end
-        if isinstance(end, m.RunFailed):
-            return _error(codec.from_error_info(end.error))
+        assert end is not None
+        failed = codec.end_error(end)
+        if failed is not None:
+            return _error(failed)
         assert isinstance(end, m.RunFinished)
         body = codec.completion(
             completion_id=completion_id, created=int(time.time()), model=plan.response_model,
@@ -148,10 +149,11 @@ class OpenAIApi:
             while True:
                 payloads.extend(payload for payload in map(encoder.event, batch) if payload is not None)
                 end = run.end
-                if isinstance(end, m.RunFinished):
+                failed = codec.end_error(end) if end is not None else None
+                if failed is not None:
+                    payloads.append(encoder.failure(failed))
+                elif isinstance(end, m.RunFinished):
                     payloads.extend(encoder.closing(end, end.pending_tool_calls))
-                elif isinstance(end, m.RunFailed):
-                    payloads.append(encoder.failure(codec.from_error_info(end.error)))
                 if not await write_frames(stream, _frames(payloads)) or end is not None:
                     break
                 payloads = []
