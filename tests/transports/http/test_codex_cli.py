@@ -1,0 +1,129 @@
+"""Codex CLI (npm ``@openai/codex``, pinned; its Rust binary comes as the registry's
+linux-x64 package) against the gateway's Responses API: ``codex exec`` with the gateway as
+its ``model_provider`` (``wire_api = "responses"``), in a clean ``HOME``/``CODEX_HOME`` and a
+temp workdir, every request but loopback sent to a dead proxy.
+
+* over the echo model, Codex prints the echo of its prompt;
+* over the openai provider and the scripted upstream, the model asks for Codex's
+  ``exec_command``; Codex runs the command itself, sends its output back (``store: false``:
+  the whole conversation again, with the function call and its output), the upstream
+  receives that output, and Codex prints the model's final answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from kernel import Kernel
+from kernel.settings import AgentSettings, OpenAISettings, Settings
+from kernel.testing import running_kernel
+from plugins.providers.echo import EchoProvider
+from plugins.providers.openai import OpenAIProvider
+from tests.fakes.openai_server import Reply, ToolCallScript, fake_openai_server
+from tests.node_clients import npm_install
+
+from ._helpers import http_server
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.filterwarnings("ignore:Async generator .* was garbage collected:ResourceWarning"),
+]
+
+CODEX = "@openai/codex@0.169.0"
+AGENT = "Helper"
+TOKEN = "codex-test-token"
+
+
+@pytest.fixture(scope="module")
+def codex() -> tuple[str, Path]:
+    """Node and Codex's launcher script (npm-installed once into the test cache)."""
+    node, modules = npm_install("codex", [CODEX])
+    return node, modules / "@openai" / "codex" / "bin" / "codex.js"
+
+
+def _config(base_url: str) -> str:
+    return f"""
+model = "{AGENT}"
+model_provider = "gateway"
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+
+[model_providers.gateway]
+name = "gateway"
+base_url = "{base_url}"
+wire_api = "responses"
+env_key = "GATEWAY_TOKEN"
+request_max_retries = 0
+stream_max_retries = 0
+"""
+
+
+async def run_codex(codex: tuple[str, Path], base_url: str, prompt: str, tmp_path: Path) -> tuple[str, str]:
+    """``codex exec PROMPT`` in a temp workdir; its stdout (the final answer) and stderr."""
+    node, launcher = codex
+    home, workdir = tmp_path / "home", tmp_path / "work"
+    (home / ".codex").mkdir(parents=True)
+    workdir.mkdir()
+    (home / ".codex" / "config.toml").write_text(_config(base_url))
+    env = {
+        "PATH": os.environ["PATH"], "HOME": str(home), "CODEX_HOME": str(home / ".codex"), "GATEWAY_TOKEN": TOKEN,
+        # Anything but loopback goes to a port nobody listens on.
+        "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost",
+        "RUST_LOG": "error", "NO_COLOR": "1",
+    }
+    command = [node, str(launcher), "exec", "--skip-git-repo-check", "--color", "never", "-C", str(workdir), prompt]
+    with anyio.fail_after(60):
+        done = await anyio.run_process(command, env=env, cwd=workdir, stdin=None, check=False)
+    out, err = done.stdout.decode(), done.stderr.decode()
+    if done.returncode != 0:
+        pytest.fail(f"codex exec failed ({done.returncode}):\n{out}\n{err[-4000:]}", pytrace=False)
+    return out, err
+
+
+@asynccontextmanager
+async def gateway(provider: Any) -> AsyncIterator[tuple[Kernel, str]]:
+    settings = Settings(agents=[AgentSettings(name=AGENT)])
+    async with running_kernel(provider, settings=settings) as kernel, http_server(kernel, token=TOKEN) as url:
+        yield kernel, f"{url}/v1"
+
+
+async def test_codex_exec_answers_from_the_echo_model(codex: tuple[str, Path], tmp_path: Path) -> None:
+    async with gateway(EchoProvider()) as (_, base_url):
+        out, err = await run_codex(codex, base_url, "Say the word pineapple", tmp_path)
+    assert out.strip() == "echo: Say the word pineapple", err[-2000:]
+
+
+async def test_codex_runs_its_exec_command_for_the_model(codex: tuple[str, Path], tmp_path: Path) -> None:
+    command = {"cmd": "echo codex-ran-$((6*7)) > proof.txt && cat proof.txt"}
+    script = [
+        Reply(text="Let me run that.", tool_calls=[ToolCallScript(name="exec_command", arguments=json.dumps(command), id="call_exec_1")]),
+        Reply(text="The command printed codex-ran-42.", chunks=4),
+    ]
+    async with fake_openai_server(script) as upstream:
+        provider = OpenAIProvider(OpenAISettings(api_key="sk-upstream", base_url=upstream.base_url, model="fake-model", timeout_s=20.0, max_retries=0))
+        try:
+            async with gateway(provider) as (_, base_url):
+                out, err = await run_codex(codex, base_url, "Run the proof command.", tmp_path)
+        finally:
+            await provider.aclose()
+    assert out.strip() == "The command printed codex-ran-42.", err[-2000:]
+    assert (tmp_path / "work" / "proof.txt").read_text().strip() == "codex-ran-42"  # Codex ran it, in its workdir
+    first, second = upstream.requests[0], upstream.requests[-1]
+    offered = {tool["function"]["name"] for tool in first["tools"]}
+    assert "exec_command" in offered and "multi_agent_v1__spawn_agent" in offered and "web_search" not in offered
+    assert any(m["role"] == "system" and "Codex" in str(m["content"]) for m in first["messages"])
+    assert first["messages"][-1] == {"role": "user", "content": "Run the proof command."}
+    calls = [m for m in second["messages"] if m["role"] == "assistant" and m.get("tool_calls")]
+    assert [c["function"]["name"] for m in calls for c in m["tool_calls"]] == ["exec_command"]
+    assert json.loads(calls[0]["tool_calls"][0]["function"]["arguments"]) == command
+    results = [m for m in second["messages"] if m["role"] == "tool"]
+    assert len(results) == 1 and results[0]["tool_call_id"] == "call_exec_1" and "codex-ran-42" in results[0]["content"]
+    assert len(upstream.requests) == 2
