@@ -75,6 +75,16 @@ _EXPORTS: dict[str, str] = {
     "JsonDecoder": ".jsonwire",
     "TOO_DEEP": ".jsonwire",
     "decode_json": ".jsonwire",
+    "MetricsExposition": ".observe",
+    "ModelCall": ".observe",
+    "Observer": ".observe",
+    "ObserverFactory": ".observe",
+    "Observers": ".observe",
+    "RunFacts": ".observe",
+    "RunObserver": ".observe",
+    "RunOutcome": ".observe",
+    "current_run": ".observe",
+    "traceparent_trace_id": ".observe",
     "MAX_WIRE_INT": ".jsonwire",
     "parse_wire_int": ".jsonwire",
     # API keys and their storage (kernel/keys.py, docs/security.md).
@@ -91,6 +101,7 @@ _EXPORTS: dict[str, str] = {
 __getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
+    from .access import RateWindows as RateWindows
     from .cluster import Cluster as Cluster
     from .cluster import ClusterHost as ClusterHost
     from .commands import CommandContext as CommandContext
@@ -101,7 +112,6 @@ if TYPE_CHECKING:
     from .errors import http_headers as http_headers
     from .errors import http_status as http_status
     from .errors import retry_after_s as retry_after_s
-    from .access import RateWindows as RateWindows
     from .files import WorkspaceFiles as WorkspaceFiles
     from .follow import Follower as Follower
     from .follow import RunFollower as RunFollower
@@ -117,19 +127,29 @@ if TYPE_CHECKING:
     from .kernel import Kernel as Kernel
     from .kernel import ProviderFactory as ProviderFactory
     from .kernel import gateway_version as gateway_version
+    from .keys import KeyRecord as KeyRecord
+    from .keys import Keyring as Keyring
+    from .keys import KeyView as KeyView
     from .model import ApprovalPolicy as ApprovalPolicy
     from .model import Command as Command
     from .model import Event as Event
     from .model import FileAccess as FileAccess
     from .model import KernelError as KernelError
     from .model import Reply as Reply
+    from .observe import MetricsExposition as MetricsExposition
+    from .observe import ModelCall as ModelCall
+    from .observe import Observer as Observer
+    from .observe import ObserverFactory as ObserverFactory
+    from .observe import Observers as Observers
+    from .observe import RunFacts as RunFacts
+    from .observe import RunObserver as RunObserver
+    from .observe import RunOutcome as RunOutcome
+    from .observe import current_run as current_run
+    from .observe import traceparent_trace_id as traceparent_trace_id
     from .provider import Chunk as Chunk
     from .provider import FinishChunk as FinishChunk
     from .provider import FinishReason as FinishReason
     from .provider import Provider as Provider
-    from .keys import KeyRecord as KeyRecord
-    from .keys import Keyring as Keyring
-    from .keys import KeyView as KeyView
     from .provider import ProviderError as ProviderError
     from .provider import ProviderRequest as ProviderRequest
     from .provider import ReasoningChunk as ReasoningChunk
@@ -146,6 +166,8 @@ if TYPE_CHECKING:
     from .settings import load_settings as load_settings
     from .settings import mask_secret as mask_secret
     from .settings import mask_secrets as mask_secrets
+    from .store import KEY_COLUMNS as KEY_COLUMNS
+    from .store import KEY_USAGE_SQL as KEY_USAGE_SQL
     from .store import SessionRecord as SessionRecord
     from .store import SQLiteStore as SQLiteStore
     from .store import Store as Store
@@ -155,5 +177,3 @@ if TYPE_CHECKING:
     from .tools import ToolContext as ToolContext
     from .tools import ToolFailure as ToolFailure
     from .watch import RunWatch as RunWatch
-    from .store import KEY_COLUMNS as KEY_COLUMNS
-    from .store import KEY_USAGE_SQL as KEY_USAGE_SQL

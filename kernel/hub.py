@@ -68,6 +68,8 @@ class EventHub:
         self.mirror: Callable[[Event], None] | None = None
         #: Set by :meth:`publish` when it woke a subscriber that was waiting for events.
         self.woke_reader = False
+        #: Told the ``client`` of each subscriber cut off for lagging (telemetry), if set.
+        self.on_lag_cut: Callable[[str | None], None] | None = None
 
     def publish(self, event: Event) -> Event:
         """Stamp the next ``seq`` on the event, retain it and offer it to every subscriber."""
@@ -101,7 +103,7 @@ class EventHub:
             laggard = min(self._behind, key=Subscription._behind_since)
             left = laggard._behind_since() + laggard._grace_s - laggard._clock()
             if left <= 0:
-                laggard._cut_off(f"subscriber fell behind for more than {laggard._grace_s:g}s")
+                laggard._lagged()
                 continue
             if self._progress.is_set():
                 self._progress = anyio.Event()
@@ -228,7 +230,12 @@ class Subscription:
             self._overflow_since = now
             self._hub._behind.add(self)
         elif now - self._overflow_since > self._grace_s:
-            self._cut_off(f"subscriber fell behind for more than {self._grace_s:g}s")
+            self._lagged()
+
+    def _lagged(self) -> None:
+        self._cut_off(f"subscriber fell behind for more than {self._grace_s:g}s")
+        if self._hub.on_lag_cut is not None:
+            self._hub.on_lag_cut(self.client)
 
     def _cut_off(self, reason: str) -> None:
         self._buffer.append(

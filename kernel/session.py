@@ -35,6 +35,7 @@ from .model import (
     Usage,
     parts_text,
 )
+from .observe import CURRENT_RUN
 from .run import execute_run
 from .state import Answer, QuestionKind, SessionMachine
 
@@ -94,6 +95,7 @@ class Session:
             buffer_bytes=cfg.subscriber_buffer_bytes,
             retention_bytes=cfg.event_retention_bytes,
         )
+        self.hub.on_lag_cut = host.observers.follower_cut
         self._inbox: deque[Job] = deque()
         self._inbox_size = cfg.inbox_size
         self._wake = anyio.Event()
@@ -221,9 +223,11 @@ class Session:
             run.interrupt(job.interrupt_cause if job.interrupted else self.closing_cause)
         self.machine.move("start_run")
         self._first_delta = True
+        current = CURRENT_RUN.set(run.facts)  # log lines of the run say which run they are about
         try:
             await execute_run(self, run)
         finally:
+            CURRENT_RUN.reset(current)
             self.active = None
             if self.machine.state != "closed":
                 self.machine.move("end_run")

@@ -17,6 +17,7 @@ import anyio
 from .commands import SlashCommand
 from .kernel import Kernel
 from .model import ToolSource, Usage
+from .observe import ObserverFactory
 from .provider import Chunk, FinishChunk, Provider, ProviderError, ProviderErrorCode, ProviderRequest, TextChunk, ToolCallChunk, UsageChunk
 from .settings import AgentSettings, Settings
 from .store import SQLiteStore, Store
@@ -93,6 +94,7 @@ async def running_kernel(
     agent: AgentSettings | None = None,
     store: Store | None = None,
     tool_sources: Iterable[ToolSource] = (),
+    observers: Iterable[ObserverFactory] = (),
 ) -> AsyncIterator[Kernel]:
     """A kernel on ``store`` — by default a SQLite file (``db_path``, or a temporary one) —
     whose provider is ``provider`` (scripted by default), with the tools of ``tool_sources``
@@ -111,6 +113,7 @@ async def running_kernel(
             commands=commands,
             store=store if store is not None else SQLiteStore(path),
             tool_sources=tool_sources,
+            observers=observers,
         )
         async with kernel:
             yield kernel

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 _decode_args = msgspec.json.Decoder(dict[str, Any]).decode
 
 Decision = Literal["run", "ask", "reject"]
+#: Outcomes of calls that never ran (the others are told as the tool runs).
+NOT_RUN = REFUSED_OUTCOMES | {"invalid_arguments"}
 
 
 def decide(tool: Tool, *, remembered: bool | None, ask_before: bool, policy: ApprovalPolicy) -> Decision:
@@ -113,7 +115,7 @@ class ToolRunner:
             result = result[:limit] + f"\n[truncated: {len(result) - limit} more characters]"
         if done.outcome in REFUSED_OUTCOMES:
             self.state.rejected.append((call.name, result))
-            # Never run: counted with its outcome, no time spent.
+        if done.outcome in NOT_RUN:  # counted with its outcome, no time spent
             observers = self.session.host.observers
             observers.tool_call_started(self.active.facts, call.name, call.id)
             observers.tool_call_ended(self.active.facts, call.name, call.id, done.outcome, 0.0)

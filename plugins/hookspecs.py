@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from kernel import ClusterSettings, ProviderFactory, SlashCommand, Store, Tool
+    from kernel import ClusterSettings, ObserverFactory, ProviderFactory, SlashCommand, Store, Tool
     from transports.base import Transport
 
 PROJECT = "gateway"
@@ -29,6 +29,8 @@ RegisterCommand = Callable[["SlashCommand"], None]
 RegisterStore = Callable[[str, Callable[[str], "Store"]], None]
 #: ``register(scheme, factory)``: ``factory(url, settings) -> Cluster`` for ``[cluster] redis_url``.
 RegisterCluster = Callable[[str, Callable[[str, "ClusterSettings"], Any]], None]
+#: ``register(name, factory)``: ``factory(kernel) -> RunObserver | None`` (None: off).
+RegisterObserver = Callable[[str, "ObserverFactory"], None]
 
 
 @hookspec
@@ -59,3 +61,9 @@ def gateway_register_stores(register: RegisterStore) -> None:
 @hookspec
 def gateway_register_clusters(register: RegisterCluster) -> None:
     """Call ``register(scheme, factory)`` for each cluster backend the plugin provides (``redis``)."""
+
+
+@hookspec
+def gateway_register_observers(register: RegisterObserver) -> None:
+    """Call ``register(name, factory)`` for each telemetry observer (kernel/observe.py): the
+    kernel calls ``factory(kernel)`` once and tells what it returns the facts of every run."""

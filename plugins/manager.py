@@ -20,7 +20,7 @@ import pluggy
 from . import hookspecs
 
 if TYPE_CHECKING:
-    from kernel import Cluster, ClusterSettings, ProviderFactory, SlashCommand, Store, Tool
+    from kernel import Cluster, ClusterSettings, ObserverFactory, ProviderFactory, SlashCommand, Store, Tool
     from transports.base import Transport
 
 V = TypeVar("V")
@@ -28,7 +28,7 @@ V = TypeVar("V")
 log = logging.getLogger("gateway.plugins")
 
 ENTRY_POINT_GROUP = "gateway"
-BUILTIN_PLUGINS = ("plugins.builtins", "plugins.memory_plugin")
+BUILTIN_PLUGINS = ("plugins.builtins", "plugins.memory_plugin", "plugins.telemetry.plugin")
 
 
 class PluginProblem(msgspec.Struct, frozen=True):
@@ -46,6 +46,7 @@ class Registry:
         self.commands: dict[str, SlashCommand] = {}
         self.stores: dict[str, Callable[[str], Store]] = {}
         self.clusters: dict[str, Callable[[str, ClusterSettings], Cluster]] = {}
+        self.observers: dict[str, ObserverFactory] = {}
         self.origins: dict[tuple[str, str], str] = {}
         self.problems: list[PluginProblem] = []
         self.plugins: list[str] = []
@@ -127,6 +128,9 @@ def _registrars(registry: Registry, plugin: str) -> dict[str, Callable[..., None
     def cluster(scheme: str, factory: Callable[[str, ClusterSettings], Cluster]) -> None:
         registry._add("cluster", registry.clusters, scheme, factory, plugin)
 
+    def observer(name: str, factory: ObserverFactory) -> None:
+        registry._add("observer", registry.observers, name, factory, plugin)
+
     return {
         "gateway_register_transports": transport,
         "gateway_register_providers": provider,
@@ -134,6 +138,7 @@ def _registrars(registry: Registry, plugin: str) -> dict[str, Callable[..., None
         "gateway_register_commands": command,
         "gateway_register_stores": store,
         "gateway_register_clusters": cluster,
+        "gateway_register_observers": observer,
     }
 
 

@@ -40,6 +40,7 @@ KERNEL_SURFACE = frozenset(
         "tools",  # the registries, read-only
         "commands",
         "workspace_files",
+        "observers",  # telemetry: connections opened and closed, the metrics a scrape reads
         "interrupt_all",  # the composition root's shutdown
         "wait_idle",
     }

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 from ._config import TOKEN_ENV_VAR, ServerConfig, validate_bind
 from ._http import ASGIReceive, ASGISend
-from ._tracker import SCOPE_KEY, ConnectionTracker
+from ._tracker import SCOPE_KEY, ConnectionObserver, ConnectionTracker
 
 __all__ = ["ASGIApp", "build_hypercorn_config", "serve_asgi"]
 
@@ -148,6 +148,7 @@ async def serve_asgi(
     shutdown: anyio.Event | None = None,
     graceful_timeout_s: float = 1.0,
     peer_timeout_s: float | None = DEFAULT_PEER_TIMEOUT_S,
+    connections: tuple[ConnectionObserver, str] | None = None,
     task_status: TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` until ``shutdown`` is set (or this task is cancelled).
@@ -158,13 +159,15 @@ async def serve_asgi(
     SSE streams end, then hypercorn stops within ``graceful_timeout_s``.
     ``peer_timeout_s``: a client that takes no data for this long is disconnected by the
     OS (TCP_USER_TIMEOUT, where available; None leaves the OS default of many minutes).
+    ``connections``: ``(observer, transport name)`` told each WebSocket and event stream opened
+    and closed (the kernel's observers count them as ``gateway_connections``).
     """
     validate_bind(config, os.environ.get(TOKEN_ENV_VAR))
     sock = _bind_socket(config.host, config.port, peer_timeout_s)
     host, port = sock.getsockname()[:2]
     fd = sock.detach()  # hypercorn takes ownership of the descriptor
     hconfig = build_hypercorn_config(config, f"fd://{fd}", graceful_timeout_s=graceful_timeout_s)
-    tracker = ConnectionTracker()
+    tracker = ConnectionTracker(*connections) if connections is not None else ConnectionTracker()
     stop = anyio.Event()
 
     async def trigger() -> None:
@@ -231,11 +234,12 @@ async def serve_http(
     config: ServerConfig,
     *,
     lag_grace_s: float | None = None,
+    connections: tuple[ConnectionObserver, str] | None = None,
     task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """:func:`serve_asgi` as a transport's ``serve`` wants it: reports the base URL, and
     drops stalled clients relative to the kernel's ``session.lag_grace_s`` when given."""
     peer = stalled_peer_timeout_s(lag_grace_s) if lag_grace_s is not None else DEFAULT_PEER_TIMEOUT_S
     async with anyio.create_task_group() as tg:
-        host, port = await tg.start(partial(serve_asgi, app, config, peer_timeout_s=peer))
+        host, port = await tg.start(partial(serve_asgi, app, config, peer_timeout_s=peer, connections=connections))
         task_status.started(base_url(host, port))

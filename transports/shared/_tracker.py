@@ -14,10 +14,18 @@ from typing import Any, Protocol
 
 import anyio
 
-__all__ = ["SCOPE_KEY", "ConnectionTracker", "tracker_for"]
+__all__ = ["SCOPE_KEY", "ConnectionObserver", "ConnectionTracker", "tracker_for"]
 
 #: Scope key under which :func:`serve_asgi` exposes its tracker to the app.
 SCOPE_KEY = "gateway.connections"
+
+
+class ConnectionObserver(Protocol):
+    """Told each long-lived connection (WebSocket, event stream) a server opens and closes."""
+
+    def connection_opened(self, transport: str) -> None: ...
+
+    def connection_closed(self, transport: str) -> None: ...
 
 
 class _Closable(Protocol):
@@ -28,8 +36,11 @@ class _Closable(Protocol):
 class ConnectionTracker:
     """Open WebSockets / SSE streams of one server, and per-IP WebSocket counts."""
 
-    def __init__(self) -> None:
+    def __init__(self, observer: ConnectionObserver | None = None, transport: str = "") -> None:
         self._open: set[_Closable] = set()
+        # Telemetry: told each connection opened and closed, under the transport's name.
+        self._observer = observer
+        self._transport = transport
         self._emptied = anyio.Event()
         self._per_ip: Counter[str] = Counter()
         #: Set once shutdown started: new upgrades are refused with 503.
@@ -51,9 +62,13 @@ class ConnectionTracker:
             del self._per_ip[ip]
 
     def register(self, conn: _Closable) -> None:
+        if conn not in self._open and self._observer is not None:
+            self._observer.connection_opened(self._transport)
         self._open.add(conn)
 
     def unregister(self, conn: _Closable) -> None:
+        if conn in self._open and self._observer is not None:
+            self._observer.connection_closed(self._transport)
         self._open.discard(conn)
         if not self._open:
             self._emptied.set()

@@ -1,0 +1,29 @@
+"""The built-in telemetry observers, registered like any plugin's."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from plugins.hookspecs import RegisterObserver, hookimpl
+
+if TYPE_CHECKING:
+    from kernel import Kernel, RunObserver
+
+
+def _metrics(kernel: Kernel) -> RunObserver:
+    from .metrics import PrometheusMetrics
+
+    return PrometheusMetrics(kernel)
+
+
+def _traces(kernel: Kernel) -> RunObserver | None:
+    """OpenTelemetry is imported only when the OTEL_* variables ask for traces."""
+    from .otel import tracing_observer
+
+    return tracing_observer(kernel)
+
+
+@hookimpl
+def gateway_register_observers(register: RegisterObserver) -> None:
+    register("metrics", _metrics)
+    register("traces", _traces)
