@@ -474,6 +474,17 @@ class Kernel:
             raise m.KernelError("internal", f"{type(command).__name__} was answered with {type(reply).__name__}")
         return reply
 
+    async def find_session(self, session_id: str, caller: m.Caller = m.LOCAL_CALLER) -> m.SessionInfo | None:
+        """``GetSession`` for a session that may not exist: None when it does not (or is not
+        the caller's to see); every other error is raised. What each dialect asked before
+        deciding between "continue this thread" and "start it"."""
+        try:
+            return (await self.execute(m.GetSession(session_id=session_id), caller)).session
+        except m.KernelError as exc:
+            if exc.code == "not_found":
+                return None
+            raise
+
     async def _route(self, command: m.Command, caller: m.Caller) -> m.Reply:
         routed = await self.routing.route(command) if self.routing is not None else None
         if routed is not None:

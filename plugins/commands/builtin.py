@@ -21,7 +21,6 @@ async def _clear(ctx: CommandContext, args: str) -> str:
 async def _history(ctx: CommandContext, args: str) -> str:
     count = int(args) if args.strip().isdigit() else 10
     reply = await ctx.kernel.execute(m.GetHistory(session_id=ctx.session_id))
-    assert isinstance(reply, m.HistoryView)
     recent = [msg for msg in reply.messages if msg.role in ("user", "assistant") and (msg.content or msg.parts)][-count:]
     if not recent:
         return "No messages yet."
@@ -36,9 +35,10 @@ async def _tools(ctx: CommandContext, args: str) -> str:
 
 
 async def _model(ctx: CommandContext, args: str) -> str:
-    command: m.Command = m.ConfigureSession(session_id=ctx.session_id, model=args.strip()) if args.strip() else m.GetSession(session_id=ctx.session_id)
-    reply = await ctx.kernel.execute(command)
-    assert isinstance(reply, m.SessionOpened)
+    if args.strip():
+        reply = await ctx.kernel.execute(m.ConfigureSession(session_id=ctx.session_id, model=args.strip()))
+    else:
+        reply = await ctx.kernel.execute(m.GetSession(session_id=ctx.session_id))
     info = reply.session
     provider = ctx.kernel.agent_info(ctx.kernel.agent(info.agent_id)).provider
     if args.strip():
@@ -52,7 +52,6 @@ async def _config(ctx: CommandContext, args: str) -> str:
 
 async def _status(ctx: CommandContext, args: str) -> str:
     report = await ctx.kernel.execute(m.GetStatus())
-    assert isinstance(report, m.StatusReport)
     return (
         f"gateway {report.version}: provider {report.provider} ({report.model}), "
         f"{report.sessions} sessions, {report.active_runs} running, up {report.uptime_s:.0f}s"

@@ -244,7 +244,6 @@ class AcpConnection:
         try:
             options = codec.prompt_options(state.mode)
             accepted = await self.kernel.execute(m.Prompt(session_id=state.id, request_id=request_id, parts=parts, options=options))
-            assert isinstance(accepted, m.Accepted)
             if prompt.watch.run_id is None:
                 prompt.watch.run_id = accepted.run_id
             if prompt.cancelled:  # a cancel came before the kernel knew the request

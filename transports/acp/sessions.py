@@ -97,7 +97,6 @@ class EditorSessions:
         _check_cwd(params.cwd)
         servers = codec.mcp_servers(params.mcp_servers)
         opened = await self.kernel.execute(m.OpenSession(agent_id=self.config.agent))
-        assert isinstance(opened, m.SessionOpened)
         state = await self.attach(opened.session.session_id, params.cwd, servers)
         return Answer({"sessionId": state.id, **self.setup(state)}, [await self.commands_update(state)])
 
@@ -107,7 +106,6 @@ class EditorSessions:
         servers = codec.mcp_servers(params.mcp_servers)
         await self.require_stored(params)
         history = await self.kernel.execute(m.GetHistory(session_id=params.session_id))
-        assert isinstance(history, m.HistoryView)
         await self.write([update_line(history.session_id, u) for u in codec.history_updates(history.messages, params.cwd)])
         state = await self.attach(history.session_id, params.cwd, servers)
         return Answer(self.setup(state), [await self.commands_update(state)])
@@ -171,7 +169,6 @@ class EditorSessions:
         finally:
             if replaced is not None:  # stopped once the session no longer offers its tools
                 replaced.close()
-        assert isinstance(reply, m.SessionOpened)
         state.title = reply.session.title
         state.options = await self.config_options(state, reply.session)
         return state
@@ -266,7 +263,6 @@ class EditorSessions:
         if params.cwd is not None:
             _check_cwd(params.cwd)
         reply = await self.kernel.execute(m.ListSessions())
-        assert isinstance(reply, m.SessionList)
         return session_meta.session_page(
             reply.sessions,
             cwd=params.cwd,
@@ -284,7 +280,6 @@ class EditorSessions:
             reply = await self.kernel.execute(m.GetSession(session_id=state.id))
         except KernelError:  # deleted through another client
             return []
-        assert isinstance(reply, m.SessionOpened)
         if reply.session.title is None or reply.session.title == state.title:
             return []
         state.title = reply.session.title
@@ -330,7 +325,6 @@ class EditorSessions:
     async def config_options(self, state: SessionState, info: m.SessionInfo | None = None) -> tuple[SelectOption, ...]:
         if info is None:
             reply = await self.kernel.execute(m.GetSession(session_id=state.id))
-            assert isinstance(reply, m.SessionOpened)
             info = reply.session
         settings = session_meta.SessionSettings(mode=state.mode, model=info.model, models=await self.models(info.agent_id), max_turns=info.max_turns)
         return session_meta.config_options(settings)
@@ -348,7 +342,6 @@ class EditorSessions:
             if waited.cancelled_caught:
                 log.warning("acp: listing the models of agent %s took over %gs", agent_id, self.config.model_list_timeout_s)
                 return ()
-            assert isinstance(reply, m.ModelList)
             self._models[agent_id] = tuple(model.id for model in reply.models)
         return self._models[agent_id]
 

@@ -101,7 +101,7 @@ async def ephemeral_run(
     try:
         if history:
             await kernel.execute(m.SaveHistory(session_id=session_id, messages=tuple(history)), caller)
-        async with await RunFollower.start(kernel, command(session_id), policy=policy, client=caller.transport) as run:
+        async with await RunFollower.start(kernel, command(session_id), policy=policy, client=caller.transport, caller=caller) as run:
             yield run
     finally:
         with anyio.CancelScope(shield=True):

@@ -106,7 +106,6 @@ class OpenFangDashboard:
 
     async def _sessions(self) -> tuple[m.SessionInfo, ...]:
         listing = await guarded(self.kernel.execute(m.ListSessions()))
-        assert isinstance(listing, m.SessionList)
         return listing.sessions
 
     # ---------------------------------------------------------- models and providers
@@ -125,7 +124,6 @@ class OpenFangDashboard:
                 except m.KernelError as exc:  # an upstream without a model list, or unreachable
                     log.warning("models of provider %s: %s", info.provider, exc.message)
                 else:
-                    assert isinstance(listing, m.ModelList)
                     found.update(((model.provider, model.id), model) for model in listing.models)
             found.setdefault((info.provider, info.model), m.ModelInfo(id=info.model, provider=info.provider))
         return list(found.values()), facts
@@ -163,7 +161,6 @@ class OpenFangDashboard:
             raise HttpError(400, f"This agent's provider is {provider}; providers are configured in gateway.toml", code="invalid_request")
         session = await guarded(self.sessions.open_active(agent_id))
         reply = await guarded(self.kernel.execute(m.ConfigureSession(session_id=session.session_id, model=model)))
-        assert isinstance(reply, m.SessionOpened)
         return json_response(200, agent_model_json(reply.session, provider))
 
     # ---------------------------------------------------------- tools, usage, config
@@ -174,7 +171,6 @@ class OpenFangDashboard:
 
     async def tools(self, request: Request) -> Response:
         listing = await guarded(self.kernel.execute(m.ListTools()))
-        assert isinstance(listing, m.ToolList)
         return json_response(200, tools_json(listing.tools))
 
     async def usage(self, request: Request) -> Response:
@@ -188,7 +184,6 @@ class OpenFangDashboard:
 
     async def mcp_servers(self, request: Request) -> Response:
         listing = await guarded(self.kernel.execute(m.ListTools()))
-        assert isinstance(listing, m.ToolList)
         configured = self.kernel.settings_view().get("tools", {}).get("mcp", [])
         return json_response(200, mcp_servers_json(configured, listing.tools))
 

@@ -69,7 +69,6 @@ class ActiveSessions:
             current = self._active.get(agent_id)
             if current is None:
                 listing = await self.kernel.execute(m.ListSessions(agent_id=agent_id))
-                assert isinstance(listing, m.SessionList)
                 if listing.sessions:
                     current = max(listing.sessions, key=lambda s: s.created_at).session_id
                 else:
@@ -80,13 +79,11 @@ class ActiveSessions:
     async def open_active(self, agent_id: str) -> m.SessionInfo:
         """The agent's active session, live (made anew if it was deleted elsewhere)."""
         opened = await self.kernel.execute(m.OpenSession(session_id=await self.get(agent_id), agent_id=agent_id))
-        assert isinstance(opened, m.SessionOpened)
         return opened.session
 
     async def create(self, agent_id: str, label: str | None = None) -> m.SessionInfo:
         """A new session for the agent, which becomes its active one."""
         opened = await self.kernel.execute(m.OpenSession(session_id=new_session_id(), agent_id=agent_id, label=label))
-        assert isinstance(opened, m.SessionOpened)
         self.switch(agent_id, opened.session.session_id)
         return opened.session
 
@@ -104,7 +101,6 @@ class ActiveSessions:
         if found is not None:
             return found
         listing = await self.kernel.execute(m.ListSessions(agent_id=agent_id))
-        assert isinstance(listing, m.SessionList)
         return next((info for info in listing.sessions if public_session_id(info.session_id) == public_id), None)
 
     async def _get(self, session_id: str) -> m.SessionInfo | None:
@@ -114,7 +110,6 @@ class ActiveSessions:
             if exc.code != "not_found":
                 raise
             return None
-        assert isinstance(reply, m.SessionOpened)
         return reply.session
 
     async def named(self, agent_id: str, name: str) -> str:

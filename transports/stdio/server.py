@@ -45,7 +45,6 @@ class StdioTransport:
         writer = LineWriter(self.stdout_fd)
         try:
             opened = await kernel.execute(m.OpenSession(session_id=config.session_id, agent_id=config.agent))
-            assert isinstance(opened, m.SessionOpened)
             codec = StdioCodec(opened.session.session_id, approval=config.approval())
             await _Connection(kernel, config, self.stdin_fd, writer, codec).run(opened.session, task_status)
         finally:

@@ -110,16 +110,17 @@ class NativeApi:
         except KernelError as exc:
             _refuse(codec.kernel_error(exc))
 
-    async def _reply(self, command: m.Command, status: int = 200) -> Response:
-        return json_response(status, await self._execute(self.kernel.execute(command)))
+    async def _reply(self, request: Request, command: m.Command, status: int = 200) -> Response:
+        """Carry out ``command`` as the request's caller (its key, resolved by the router)."""
+        return json_response(status, await self._execute(self.kernel.execute(command, request.caller)))
 
-    async def _session(self, session_id: str) -> m.SessionOpened:
-        """The session, which must exist (loaded from the store if not live)."""
-        return await self._execute(self.kernel.execute(m.GetSession(session_id=session_id)))
+    async def _session(self, request: Request, session_id: str) -> m.SessionOpened:
+        """The session, which must exist and be the caller's (loaded from the store if not live)."""
+        return await self._execute(self.kernel.execute(m.GetSession(session_id=session_id), request.caller))
 
     async def _session_id(self, request: Request) -> str:
         """The path's session id, once the session is known to exist (404 otherwise)."""
-        return (await self._session(request.path_params["session_id"])).session.session_id
+        return (await self._session(request, request.path_params["session_id"])).session.session_id
 
     async def _body(self, request: Request, type: type[T], *, empty_ok: bool = False) -> T:
         return _ok(codec.decode(await request.body(), type, empty_ok=empty_ok))
@@ -130,46 +131,49 @@ class NativeApi:
         return json_response(200, {"status": "ok", "version": self.kernel.version})
 
     async def status(self, request: Request) -> Response:
-        return await self._reply(m.GetStatus())
+        return await self._reply(request, m.GetStatus())
 
     async def agents(self, request: Request) -> Response:
-        return await self._reply(m.ListAgents())
+        return await self._reply(request, m.ListAgents())
 
     async def tools(self, request: Request) -> Response:
-        return await self._reply(m.ListTools())
+        return await self._reply(request, m.ListTools())
 
     async def commands(self, request: Request) -> Response:
-        return await self._reply(m.ListCommands())
+        return await self._reply(request, m.ListCommands())
 
     async def get_settings(self, request: Request) -> Response:
-        return await self._reply(m.GetSettings())
+        return await self._reply(request, m.GetSettings())
 
     async def patch_settings(self, request: Request) -> Response:
         changes = await self._body(request, dict[str, Any])
-        return await self._reply(m.UpdateSettings(changes=changes))
+        return await self._reply(request, m.UpdateSettings(changes=changes))
 
     async def execute_tool(self, request: Request) -> Response:
         body = await self._body(request, ToolBody, empty_ok=True)
         name = request.path_params["name"]
         session_id = body.session_id
         if session_id is not None:
-            await self._session(session_id)
+            await self._session(request, session_id)
         elif name in self.kernel.tools:
-            opened = await self._execute(self.kernel.execute(m.OpenSession(session_id=DIRECT_TOOLS_SESSION, label="direct tool calls (http)")))
+            opened = await self._execute(
+                self.kernel.execute(m.OpenSession(session_id=DIRECT_TOOLS_SESSION, label="direct tool calls (http)"), request.caller)
+            )
             session_id = opened.session.session_id
-        return await self._reply(m.ExecuteTool(session_id=session_id, name=name, arguments=body.arguments))
+        return await self._reply(request, m.ExecuteTool(session_id=session_id, name=name, arguments=body.arguments))
 
     # ---------------------------------------------------------- sessions
 
     async def list_sessions(self, request: Request) -> Response | None:
         command = m.ListSessions(agent_id=request.query.get("agent") or None)
         if request.method == "HEAD" or not codec.wants_stream(request.headers.get("accept")):
-            return await self._reply(command)
+            return await self._reply(request, command)
         await self._watch_sessions(request, command)
         return None
 
-    async def _overview(self, command: m.ListSessions) -> tuple[tuple[m.SessionInfo, ...], m.StatusReport]:
-        listing, status = await self._execute(self.kernel.execute(command)), await self._execute(self.kernel.execute(m.GetStatus()))
+    async def _overview(self, request: Request, command: m.ListSessions) -> tuple[tuple[m.SessionInfo, ...], m.StatusReport]:
+        caller = request.caller
+        listing, status = await self._execute(self.kernel.execute(command, caller)), await self._execute(self.kernel.execute(m.GetStatus(), caller))
         return listing.sessions, status
 
     async def _watch_sessions(self, request: Request, command: m.ListSessions) -> None:
@@ -177,7 +181,7 @@ class NativeApi:
         404 before the stream opens; a failing poll later is a ``list_error`` event, and the
         next poll tries again)."""
         watch = codec.SessionListWatch()
-        overview = await self._overview(command)
+        overview = await self._overview(request, command)
         async with open_sse(request, keepalive_interval_s=self.keepalive_s, send_timeout_s=self.send_timeout_s) as stream:
             while True:
                 frames = [format_sse(data, event=name) for name, data in watch.feed(*overview)]
@@ -185,7 +189,7 @@ class NativeApi:
                     return
                 await anyio.sleep(self.sessions_poll_s)
                 try:
-                    overview = await self._overview(command)
+                    overview = await self._overview(request, command)
                 except HttpError as exc:
                     if not await stream.send(msgspec.json.encode(codec.native_error_body(exc)), event="list_error"):
                         return
@@ -196,25 +200,26 @@ class NativeApi:
         existed = False
         if body.session_id is not None:
             try:
-                await self.kernel.execute(m.GetSession(session_id=body.session_id))
+                await self.kernel.execute(m.GetSession(session_id=body.session_id), request.caller)
                 existed = True
             except KernelError:
                 existed = False
-        return await self._reply(command, 200 if existed else 201)
+        return await self._reply(request, command, 200 if existed else 201)
 
     async def get_session(self, request: Request) -> Response:
-        return json_response(200, await self._session(request.path_params["session_id"]))
+        return json_response(200, await self._session(request, request.path_params["session_id"]))
 
     async def delete_session(self, request: Request) -> Response:
-        return await self._reply(m.DeleteSession(session_id=request.path_params["session_id"]))
+        return await self._reply(request, m.DeleteSession(session_id=request.path_params["session_id"]))
 
     async def interrupt(self, request: Request) -> Response:
-        return await self._reply(m.Interrupt(session_id=await self._session_id(request)))
+        return await self._reply(request, m.Interrupt(session_id=await self._session_id(request)))
 
     async def approve(self, request: Request) -> Response:
         session_id = await self._session_id(request)
         body = await self._body(request, ApprovalBody)
         return await self._reply(
+            request,
             m.ResolveToolApproval(
                 session_id=session_id, call_id=body.call_id, approved=body.approved, reason=body.reason, remember=body.remember
             )
@@ -223,26 +228,26 @@ class NativeApi:
     async def turn_limit(self, request: Request) -> Response:
         session_id = await self._session_id(request)
         body = await self._body(request, TurnLimitBody)
-        return await self._reply(m.ResolveTurnLimit(session_id=session_id, confirmed=body.confirmed, reason=body.reason))
+        return await self._reply(request, m.ResolveTurnLimit(session_id=session_id, confirmed=body.confirmed, reason=body.reason))
 
     async def run_command(self, request: Request) -> Response:
         session_id = await self._session_id(request)
         body = await self._body(request, CommandBody)
-        return await self._reply(_ok(codec.command_command(session_id, body)))
+        return await self._reply(request, _ok(codec.command_command(session_id, body)))
 
     async def get_history(self, request: Request) -> Response:
         session_id = await self._session_id(request)
         limit = _ok(codec.parse_int(request.query.get("limit"), "limit", minimum=1))
-        return await self._reply(m.GetHistory(session_id=session_id, limit=limit))
+        return await self._reply(request, m.GetHistory(session_id=session_id, limit=limit))
 
     async def clear_context(self, request: Request) -> Response:
         """Clear the context (and so the stored history) behind any run, telling every
         follower with a ``context_cleared`` event; 202 ``accepted`` when it waits its turn."""
-        reply = await self._execute(self.kernel.execute(m.ClearContext(session_id=await self._session_id(request))))
+        reply = await self._execute(self.kernel.execute(m.ClearContext(session_id=await self._session_id(request)), request.caller))
         return json_response(202 if isinstance(reply, m.Accepted) else 200, reply)
 
     async def clear_history(self, request: Request) -> Response:
-        return await self._reply(m.ClearHistory(session_id=await self._session_id(request)))
+        return await self._reply(request, m.ClearHistory(session_id=await self._session_id(request)))
 
     # ---------------------------------------------------------- runs and events
 
@@ -258,12 +263,12 @@ class NativeApi:
 
     async def _run(self, request: Request, command: m.Prompt | m.Regenerate) -> Response | None:
         if request.query.get("wait", "").lower() in ("0", "false", "no"):
-            return await self._reply(command, 202)  # followed on /events, if at all
+            return await self._reply(request, command, 202)  # followed on /events, if at all
         as_json = codec.wants_json(request.headers.get("accept"))
         try:
             # A stream resumable by Last-Event-ID must not skip lost events: it ends at a gap.
             # A JSON answer needs only the run's end (which carries the whole text).
-            run = await RunFollower.start(self.kernel, command, stop_on_loss=not as_json, client=self.client)
+            run = await RunFollower.start(self.kernel, command, stop_on_loss=not as_json, client=self.client, caller=request.caller)
         except KernelError as exc:
             _refuse(codec.kernel_error(exc))
         async with run:
@@ -299,7 +304,7 @@ class NativeApi:
         run_id = request.query.get("run_id") or None
         try:
             # A hole in a stream resumable by Last-Event-ID would go unnoticed: end it instead.
-            follower = await Follower.open(self.kernel, session_id, after, stop_on_loss=True, client=self.client)
+            follower = await Follower.open(self.kernel, session_id, after, stop_on_loss=True, client=self.client, caller=request.caller)
         except KernelError as exc:
             _refuse(codec.kernel_error(exc))
         batches = follower.next_batch if run_id is None else _run_events(follower, RunWatch(None, run_id))

@@ -78,7 +78,7 @@ class OpenAIApi:
             return _error(plan)
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
         try:
-            async with self._conversation(plan, completion_id) as run:
+            async with self._conversation(plan, completion_id, request.caller) as run:
                 if plan.stream:
                     return await self._stream(request, run, plan, completion_id)
                 return await self._complete(request, run, plan, completion_id)
@@ -86,21 +86,21 @@ class OpenAIApi:
             return _error(codec.from_error_info(exc.info()))
 
     @asynccontextmanager
-    async def _conversation(self, plan: ChatPlan, request_id: str) -> AsyncIterator[RunFollower]:
-        """The request's run, started in its ephemeral session; the session is deleted after."""
-        opened = await self.kernel.execute(codec.open_session(plan))
+    async def _conversation(self, plan: ChatPlan, request_id: str, caller: m.Caller) -> AsyncIterator[RunFollower]:
+        """The request's run, started in its ephemeral session (the caller's); the session is deleted after."""
+        opened = await self.kernel.execute(codec.open_session(plan), caller)
         session_id = opened.session.session_id
         try:
             history = codec.save_history(plan, session_id)
             if history is not None:
-                await self.kernel.execute(history)
+                await self.kernel.execute(history, caller)
             command = codec.run_command(plan, session_id, request_id)
-            async with await RunFollower.start(self.kernel, command, policy=self.policy, client="http") as run:
+            async with await RunFollower.start(self.kernel, command, policy=self.policy, client="http", caller=caller) as run:
                 yield run
         finally:
             with anyio.CancelScope(shield=True):
                 try:  # the kernel lets an unfinished run record its end first
-                    await self.kernel.execute(m.DeleteSession(session_id=session_id))
+                    await self.kernel.execute(m.DeleteSession(session_id=session_id), caller)
                 except KernelError as error:
                     log.debug("deleting ephemeral session %s: %s", session_id, error.message)
 

@@ -86,7 +86,7 @@ class ResponsesApi:
     async def retrieve(self, request: Request) -> Response:
         if request.query.get("stream", "").lower() in ("1", "true"):
             return _error(codec.not_streamable())
-        record = self.stored.get(request.path_params["response_id"])
+        record = await self._visible(request.caller, self.stored.get(request.path_params["response_id"]))
         if record is None:
             return _error(codec.response_not_found(request.path_params["response_id"]))
         return Response(200, record.body, content_type="application/json")
@@ -94,9 +94,16 @@ class ResponsesApi:
     async def delete(self, request: Request) -> Response:
         """Forgets the response; its conversation stays (a kernel session: delete it there)."""
         response_id = request.path_params["response_id"]
-        if not self.stored.delete(response_id):
+        if await self._visible(request.caller, self.stored.get(response_id)) is None or not self.stored.delete(response_id):
             return _error(codec.response_not_found(response_id))
         return json_response(200, w.Deleted(id=response_id))
+
+    async def _visible(self, caller: m.Caller, record: StoredResponse | None) -> StoredResponse | None:
+        """A stored response is the caller's when its conversation (a kernel session) is:
+        another key's response is answered as one that does not exist."""
+        if record is None or caller.principal.is_admin:
+            return record
+        return record if await self.kernel.find_session(record.session_id, caller) is not None else None
 
     # ---------------------------------------------------------- create
 
@@ -109,12 +116,12 @@ class ResponsesApi:
             return _error(refused)
         previous: StoredResponse | None = None
         if parsed.previous_response_id:
-            previous = self.stored.get(parsed.previous_response_id)
+            previous = await self._visible(request.caller, self.stored.get(parsed.previous_response_id))
             if previous is None:
                 return _error(codec.previous_not_found(parsed.previous_response_id))
             if not previous.done:
                 return _error(codec.previous_in_progress(parsed.previous_response_id))
-        references = self._references(parsed)
+        references = await self._references(parsed, request.caller)
         if isinstance(references, OpenAIError):
             return _error(references)
         agents = [self.kernel.agent_info(agent) for agent in self.kernel.settings.agents]
@@ -127,14 +134,14 @@ class ResponsesApi:
         self._log_hosted(plan.tools.hosted)
         response_id = f"resp_{uuid.uuid4().hex}"
         try:
-            async with self._conversation(plan, previous) as session_id:
+            async with self._conversation(plan, previous, request.caller) as session_id:
                 builder = ResponseBuilder(
                     response_id=response_id, created_at=int(time.time()), model=plan.response_model, echo=plan.echo,
                     client_tools={tool.name: plan.tools.targets[tool.name] for tool in plan.options.client_tools},
                     conversation_id=session_id if plan.store else None, seal_key=self.seal_key,
                 )
                 command = codec.run_command(plan, session_id, response_id)
-                async with await RunFollower.start(self.kernel, command, policy=self.policy, client="http") as run:
+                async with await RunFollower.start(self.kernel, command, policy=self.policy, client="http", caller=request.caller) as run:
                     if plan.store:
                         self.stored.put(StoredResponse(response_id=response_id, session_id=session_id, body=codec.encode(builder.snapshot())))
                     try:
@@ -142,7 +149,7 @@ class ResponsesApi:
                             return await self._stream(request, run, builder)
                         return await self._complete(request, run, builder)
                     finally:
-                        await self._settle(run, builder)
+                        await self._settle(run, builder, request.caller)
         except _Refused as exc:
             return _error(exc.error)
         except KernelError as exc:
@@ -158,7 +165,7 @@ class ResponsesApi:
             builder.feed(event)
         end = run.end
         assert end is not None
-        await self._finish(builder, end)
+        await self._finish(builder, end, request.caller)
         error = m.run_end_error(end)
         if error is not None and not builder.output:
             return _error(from_error_info(error))
@@ -171,7 +178,7 @@ class ResponsesApi:
             return await self._unanswered(run, why)
         error = m.run_end_error(run.end) if run.end is not None else None
         if run.end is not None and error is not None and not any(builder.shows(event) for event in pending):
-            await self._finish(builder, run.end)
+            await self._finish(builder, run.end, request.caller)
             return _error(from_error_info(error))
         send_timeout_s = self.kernel.settings.session.lag_grace_s  # a reader that stopped is let go
         async with open_sse(request, keepalive_interval_s=self.keepalive_s, headers=self._headers(builder), send_timeout_s=send_timeout_s) as stream:
@@ -182,7 +189,7 @@ class ResponsesApi:
                     frames += builder.feed(event)
                 end = run.end
                 if end is not None:
-                    frames += await self._finish(builder, end)
+                    frames += await self._finish(builder, end, request.caller)
                 if not await write_frames(stream, [format_sse(data, event=name) for name, data in frames]) or end is not None:
                     break
                 frames = []
@@ -200,7 +207,7 @@ class ResponsesApi:
             headers["x-session-id"] = builder.conversation_id
         return headers
 
-    async def _finish(self, builder: ResponseBuilder, end: m.RunFinished | m.RunFailed, *, client_left: bool = False) -> list[Frame]:
+    async def _finish(self, builder: ResponseBuilder, end: m.RunFinished | m.RunFailed, caller: m.Caller, *, client_left: bool = False) -> list[Frame]:
         """The response's last events; a stored response is recorded first, so that a
         client reading its end can continue from it at once."""
         frames = builder.finish(end, int(time.time()), client_left=client_left)
@@ -208,7 +215,7 @@ class ResponsesApi:
         if stored is None or builder.final is None:  # not stored, or deleted or dropped meanwhile
             return frames
         try:
-            latest = (await self.kernel.execute(m.GetHistory(session_id=stored.session_id, limit=1))).messages
+            latest = (await self.kernel.execute(m.GetHistory(session_id=stored.session_id, limit=1), caller)).messages
         except KernelError as exc:  # the conversation is gone: so is what continues it
             log.debug("recording response %s: %s", builder.response_id, exc.message)
             self.stored.delete(builder.response_id)
@@ -222,7 +229,7 @@ class ResponsesApi:
         )
         return frames
 
-    async def _settle(self, run: RunFollower, builder: ResponseBuilder) -> None:
+    async def _settle(self, run: RunFollower, builder: ResponseBuilder, caller: m.Caller) -> None:
         """After the answer: a run its client left (or whose wait ran out) is interrupted,
         and its end recorded."""
         if builder.final is not None:
@@ -235,13 +242,13 @@ class ResponsesApi:
                 session_id=run.session_id, run_id=run.run_id or "", request_id=run.request_id,
                 error=m.ErrorInfo(code="internal", message=f"the run did not end within {SETTLE_S:g}s of its interrupt"),
             )
-            await self._finish(builder, end, client_left=True)
+            await self._finish(builder, end, caller, client_left=True)
 
-    def _references(self, request: w.ResponsesRequest) -> dict[str, dict[str, Any]] | OpenAIError:
-        """The stored items the request's ``item_reference`` inputs name."""
+    async def _references(self, request: w.ResponsesRequest, caller: m.Caller) -> dict[str, dict[str, Any]] | OpenAIError:
+        """The stored items the request's ``item_reference`` inputs name (the caller's only)."""
         found: dict[str, dict[str, Any]] = {}
         for index, item_id in codec.referenced_ids(request):
-            record = self.stored.holding(item_id)
+            record = await self._visible(caller, self.stored.holding(item_id))
             item = codec.stored_item(record.body, item_id) if record is not None and record.done else None
             if item is None:
                 return codec.unknown_reference(index, item_id)
@@ -257,47 +264,50 @@ class ResponsesApi:
     # ---------------------------------------------------------- sessions
 
     @asynccontextmanager
-    async def _conversation(self, plan: ResponsePlan, previous: StoredResponse | None) -> AsyncIterator[str]:
-        """The session the response runs in, with the request's input saved as its history."""
-        in_place, copied, agent_id = await self._source(plan, previous)
+    async def _conversation(self, plan: ResponsePlan, previous: StoredResponse | None, caller: m.Caller) -> AsyncIterator[str]:
+        """The session the response runs in (the caller's), with the request's input saved as its history."""
+        in_place, copied, agent_id = await self._source(plan, previous, caller)
         if in_place is not None:
             session_id = in_place
         else:
-            opened = await self.kernel.execute(m.OpenSession(agent_id=agent_id, label=SESSION_LABEL, ephemeral=not plan.store))
+            opened = await self.kernel.execute(m.OpenSession(agent_id=agent_id, label=SESSION_LABEL, ephemeral=not plan.store), caller)
             session_id = opened.session.session_id
         try:
             history = (*copied, *plan.history)
             if history:
-                await self.kernel.execute(m.SaveHistory(session_id=session_id, messages=history))
+                await self.kernel.execute(m.SaveHistory(session_id=session_id, messages=history), caller)
             yield session_id
         finally:
             with anyio.CancelScope(shield=True):
-                await self._release(session_id, ephemeral=not plan.store)
+                await self._release(session_id, caller, ephemeral=not plan.store)
 
-    async def _source(self, plan: ResponsePlan, previous: StoredResponse | None) -> tuple[str | None, tuple[m.Message, ...], str]:
+    async def _source(
+        self, plan: ResponsePlan, previous: StoredResponse | None, caller: m.Caller
+    ) -> tuple[str | None, tuple[m.Message, ...], str]:
         """Where the conversation comes from: a session to continue in place, or the
         messages to copy into a new one; and the agent."""
         if plan.conversation_id is not None:
-            info = await self._session(plan.conversation_id, codec.conversation_not_found(plan.conversation_id))
+            info = await self._session(plan.conversation_id, codec.conversation_not_found(plan.conversation_id), caller)
             self._check_agent(plan, info)
             if plan.store:
                 return info.session_id, (), info.agent_id
-            return None, (await self.kernel.execute(m.GetHistory(session_id=info.session_id))).messages, info.agent_id
+            return None, (await self.kernel.execute(m.GetHistory(session_id=info.session_id), caller)).messages, info.agent_id
         if previous is not None:
-            info = await self._session(previous.session_id, codec.previous_not_found(previous.response_id))
+            info = await self._session(previous.session_id, codec.previous_not_found(previous.response_id), caller)
             self._check_agent(plan, info)
             if plan.store:
-                latest = (await self.kernel.execute(m.GetHistory(session_id=info.session_id, limit=1))).messages
+                latest = (await self.kernel.execute(m.GetHistory(session_id=info.session_id, limit=1), caller)).messages
                 if (latest[-1].created_at if latest else None) == previous.last_message_at:
                     return info.session_id, (), info.agent_id
-            copied = codec.history_until((await self.kernel.execute(m.GetHistory(session_id=info.session_id))).messages, previous.last_message_at)
+            earlier = (await self.kernel.execute(m.GetHistory(session_id=info.session_id), caller)).messages
+            copied = codec.history_until(earlier, previous.last_message_at)
             if copied is None:
                 raise _Refused(codec.previous_gone(previous.response_id))
             return None, copied, info.agent_id
         return None, (), plan.agent_id
 
-    async def _session(self, session_id: str, missing: OpenAIError) -> m.SessionInfo:
-        info = await self.kernel.find_session(session_id)
+    async def _session(self, session_id: str, missing: OpenAIError, caller: m.Caller) -> m.SessionInfo:
+        info = await self.kernel.find_session(session_id, caller)
         if info is None:
             raise _Refused(missing)
         return info
@@ -306,18 +316,18 @@ class ResponsesApi:
         if plan.agent_named and info.agent_id != plan.agent_id:
             raise _Refused(codec.other_agent(plan.response_model))
 
-    async def _release(self, session_id: str, *, ephemeral: bool) -> None:
+    async def _release(self, session_id: str, caller: m.Caller, *, ephemeral: bool) -> None:
         """An ephemeral session is deleted; one this API created is unloaded while nobody
         follows it (it reloads from the store when continued), so that clients sending
         whole conversations do not keep a live session each."""
         try:
             if ephemeral:
-                await self.kernel.execute(m.DeleteSession(session_id=session_id))
+                await self.kernel.execute(m.DeleteSession(session_id=session_id), caller)
                 return
-            reply = await self.kernel.execute(m.GetSession(session_id=session_id))
+            reply = await self.kernel.execute(m.GetSession(session_id=session_id), caller)
             info = reply.session
             if info.label == SESSION_LABEL and info.subscribers == 0 and not info.busy:
-                await self.kernel.execute(m.CloseSession(session_id=session_id, if_unwatched=True))
+                await self.kernel.execute(m.CloseSession(session_id=session_id, if_unwatched=True), caller)
         except KernelError as error:
             log.debug("releasing session %s: %s", session_id, error.message)
 
