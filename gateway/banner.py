@@ -66,7 +66,7 @@ def model_lines(kernel: Kernel) -> list[BannerLine]:
 
 def store_lines(kernel: Kernel) -> list[BannerLine]:
     path = kernel.settings.store.path
-    shown = mask_secrets(path) if "://" in path else os.path.abspath(path)
+    shown = mask_secrets(path) if "://" in path else os.path.abspath(os.path.expanduser(path))
     lines = [BannerLine("store", shown)]
     if kernel.settings.cluster.redis_url:
         lines.append(BannerLine("cluster", mask_secrets(kernel.settings.cluster.redis_url)))

@@ -13,15 +13,32 @@ may import it, and so may a provider reading its upstream (``kernel`` exports it
 
 from __future__ import annotations
 
+import re
 from typing import Any, Generic, TypeVar, overload
 
 import msgspec
 
-__all__ = ["TOO_DEEP", "JsonDecoder", "decode_json"]
+__all__ = ["MAX_WIRE_INT", "TOO_DEEP", "JsonDecoder", "decode_json", "parse_wire_int"]
 
 T = TypeVar("T")
 
 TOO_DEEP = "JSON nested too deeply"
+
+#: msgspec reports a high surrogate escape (``"\\ud800"``) with no low one after it as
+#: "Input data was truncated", which sends a client looking for a cut-off body.
+_TRUNCATED = "Input data was truncated"
+_LONE_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})")
+
+
+def _decode_error(exc: msgspec.DecodeError, data: bytes | bytearray | memoryview | str) -> msgspec.DecodeError:
+    """``exc``, or a clearer one where msgspec's message misleads."""
+    if str(exc) == _TRUNCATED:
+        raw = data.encode() if isinstance(data, str) else bytes(data)
+        found = _LONE_SURROGATE.search(raw)
+        if found is not None:
+            escape = found.group().decode()
+            return msgspec.DecodeError(f"JSON is malformed: the escape {escape} (byte {found.start()}) is a lone UTF-16 surrogate; a string holds Unicode characters only")
+    return exc
 
 
 class JsonDecoder(Generic[T]):
@@ -38,6 +55,8 @@ class JsonDecoder(Generic[T]):
             return value
         except RecursionError:
             raise msgspec.DecodeError(TOO_DEEP) from None
+        except msgspec.DecodeError as exc:
+            raise _decode_error(exc, data) from None
 
 
 _any = JsonDecoder[Any]()
@@ -55,3 +74,25 @@ def decode_json(data: bytes | bytearray | memoryview | str, type: Any = None) ->
         return msgspec.json.decode(data, type=type)
     except RecursionError:
         raise msgspec.DecodeError(TOO_DEEP) from None
+    except msgspec.ValidationError:
+        raise
+    except msgspec.DecodeError as exc:
+        raise _decode_error(exc, data) from None
+
+
+#: The largest integer a client may send in a query parameter or header (seq, limit, offset):
+#: JSON's safe integer range, far below SQLite's 64-bit limit.
+MAX_WIRE_INT = 2**53 - 1
+
+
+def parse_wire_int(text: str, *, minimum: int = 0, maximum: int = MAX_WIRE_INT) -> int | None:
+    """A decimal integer from a query parameter or header within [minimum, maximum], or None.
+
+    ASCII digits only (``"²".isdigit()`` is true, ``int("²")`` fails), and no more digits than
+    ``maximum`` has, so a 5,000-digit value costs nothing and never reaches the store.
+    """
+    text = text.strip()
+    if not text or not text.isascii() or not text.isdigit() or len(text) > len(str(maximum)):
+        return None
+    value = int(text)
+    return value if minimum <= value <= maximum else None

@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
-from kernel import JsonDecoder
+from kernel import JsonDecoder, parse_wire_int
 from kernel import model as m
 
 from . import wire
@@ -321,7 +321,7 @@ def interrupt_seq(interrupt_id: str) -> int | None:
     """The kernel seq of the question an interrupt id names (where the next run picks up)."""
     _, _, rest = interrupt_id.partition(":")
     seq, _, _ = rest.partition(":")
-    return int(seq) if seq.isdigit() else None
+    return parse_wire_int(seq)
 
 
 def plan_resume(request: wire.RunAgentInput, info: m.SessionInfo) -> ResumePlan | AguiError:
@@ -372,10 +372,7 @@ def resume_after(last_event_id: str | None) -> int | AguiError | None:
     """The kernel seq a reconnecting client saw last (None: replay the whole run)."""
     if last_event_id is None or not last_event_id.strip():
         return None
-    try:
-        seq = int(last_event_id.strip())
-    except ValueError:
-        return bad_request(f"Last-Event-ID must be an event id this server sent (a number), not {last_event_id!r}.")
-    if seq < 0:
-        return bad_request("Last-Event-ID must not be negative.")
+    seq = parse_wire_int(last_event_id)
+    if seq is None:
+        return bad_request(f"Last-Event-ID must be an event id this server sent (a number), not {last_event_id[:40]!r}.")
     return seq

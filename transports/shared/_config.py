@@ -71,6 +71,11 @@ class ServerConfig(msgspec.Struct, kw_only=True):
     idle_timeout_s: float = 1800.0
     #: Largest HTTP request body; bigger ones are answered 413.
     max_body_bytes: int = 1_048_576
+    #: A request body that sends nothing for this long is answered 408 and its connection
+    #: closed (headers that stall are hypercorn's to time out: 5 s).
+    body_timeout_s: float = 10.0
+    #: Request bodies being read at once per client IP; more are answered 429 (0: no cap).
+    max_body_reads_per_ip: int = 32
 
 
 def is_loopback_host(host: str) -> bool:
@@ -108,9 +113,11 @@ def validate_bind(config: ServerConfig, env_token: str | None = None) -> None:
     """
     if not 0 <= config.port <= 65535:
         raise ConfigError(f"port {config.port} is out of range 0-65535")
-    for name in ("max_message_bytes", "max_body_bytes"):
+    for name in ("max_message_bytes", "max_body_bytes", "body_timeout_s"):
         if getattr(config, name) <= 0:
             raise ConfigError(f"{name} must be positive")
+    if config.max_body_reads_per_ip < 0:
+        raise ConfigError("max_body_reads_per_ip must be 0 (no cap) or more")
     if not is_loopback_host(config.host) and not (config.token or env_token):
         raise ConfigError(
             f"refusing to bind to non-loopback host {config.host!r} without a token: "
