@@ -42,6 +42,11 @@ consumes the next one; the last one repeats (so ``[Reply.echo()]`` echoes foreve
   drops the scripted calls; ``response_format`` turns a text answer into a JSON instance
   of the schema (``json_schema``) or an object (``json_object``). To refuse a format as some
   upstreams do, script ``Reply.error(400, "response_format ... not supported")``.
+* ``Reply.prompted()``: what the conversation asks for (``_as_prompted``), for real agents
+  (Claude Code, Codex) that run their own tools: a last user message holding
+  ``TOOL_CALL <name> <json>`` gets a call of tool ``<name>`` with exactly those arguments; a
+  conversation ending with a tool result gets ``The tool returned: <its output>``; anything
+  else is echoed.
 * ``Reply.raw(pieces, content_type=..., headers=...)``: a 200 answer whose body is exactly these bytes,
   one write each, whatever the request asked for (line ends, odd events, an error event
   inside the stream, a JSON answer to a streamed request).
@@ -130,6 +135,8 @@ class Reply:
     echo: bool = False
     words_per_s: float | None = None
     repeat: int = 1
+    # Prompted mode (``Reply.prompted()``): the tool call, or the answer, the prompt asks for.
+    from_prompt: bool = False
     # A body sent as given.
     raw_pieces: Sequence[bytes] | None = None
     content_type: str = "text/event-stream; charset=utf-8"
@@ -172,6 +179,12 @@ class Reply:
     def echo_reply(cls, words_per_s: float | None = None, *, repeat: int = 1) -> Reply:
         """Stream the last user message back in word chunks (``words_per_s`` paces it)."""
         return cls(echo=True, words_per_s=words_per_s, repeat=repeat)
+
+    @classmethod
+    def prompted(cls) -> Reply:
+        """Answer what the conversation asks for (see :func:`_as_prompted`): one reply that
+        drives a real agent's tool round trip, however many requests it makes."""
+        return cls(from_prompt=True)
 
 
 # ``Reply.echo`` is a field (bool); the constructor is exposed as ``Reply.echo_reply``
@@ -263,8 +276,28 @@ def _as_a_model_would(reply: Reply, body: dict[str, Any]) -> Reply:
     return reply
 
 
+#: What a prompted reply's prompt says to call a tool with exact arguments.
+TOOL_CALL = re.compile(r"TOOL_CALL\s+([A-Za-z0-9_.-]+)\s+(\{.*\})\s*$", re.S)
+
+
+def _as_prompted(reply: Reply, body: dict[str, Any]) -> Reply:
+    """A prompted reply, made concrete for this request: a tool result last -> an answer
+    quoting it; a user message ending ``TOOL_CALL <name> <json>`` -> that call, the JSON
+    given as it is (whatever wraps the prompt, as agents add reminders before it); else echo."""
+    if not reply.from_prompt:
+        return reply
+    messages = [m for m in body.get("messages", []) if isinstance(m, dict)]
+    last = messages[-1] if messages else {}
+    if last.get("role") == "tool":
+        return replace(reply, from_prompt=False, text=f"The tool returned: {_message_text(last).strip()}")
+    asked = TOOL_CALL.search(_message_text(last)) if last.get("role") == "user" else None
+    if asked is not None:
+        return replace(reply, from_prompt=False, text="", tool_calls=(ToolCallScript(name=asked.group(1), arguments=asked.group(2)),))
+    return replace(reply, from_prompt=False, echo=True)
+
+
 def _plan(reply: Reply, body: dict[str, Any]) -> _Plan:
-    reply = _as_a_model_would(reply, body)
+    reply = _as_a_model_would(_as_prompted(reply, body), body)
     deltas: list[dict[str, Any]] = []
     delay = reply.delay_s
     if reply.echo:
