@@ -292,7 +292,9 @@ class OpenAIProvider:
     async def stream(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]:
         try:
             response = await self._client.post(
-                "/chat/completions", cast_to=httpx2.Response, content=_encode(self.request_body(request)), stream=True
+                "/chat/completions", cast_to=httpx2.Response, content=_encode(self.request_body(request)), stream=True,
+                # The run's trace goes on upstream (W3C trace context), when there is one.
+                options={"headers": {"traceparent": request.traceparent}} if request.traceparent else {},
             )
         except openai.OpenAIError as exc:
             raise self._error(exc) from exc
