@@ -19,27 +19,14 @@ import msgspec
 
 from kernel import MAX_WIRE_INT, decode_json, parse_wire_int
 from kernel import model as m
+from kernel.errors import http_headers, http_status
 
 from .wire import ApiError, CommandBody, PromptBody, RegenerateBody, RunResult, SessionCreate, SessionRemoved, ToolCallRecord
 
 T = TypeVar("T")
 
-#: HTTP status for each kernel error code (and the few router-level codes).
-STATUS_BY_CODE: dict[str, int] = {
-    "parse_error": 400,
-    "invalid_request": 400,
-    "unauthorized": 401,
-    "forbidden": 403,
-    "not_found": 404,
-    "method_not_allowed": 405,
-    "busy": 409,
-    "too_large": 413,
-    "rate_limited": 429,
-    "internal": 500,
-    "tool_error": 500,
-    "provider_error": 502,
-    "timeout": 504,
-}
+#: The router's own codes that are no kernel error code (kernel.errors has the others).
+ROUTER_STATUS: dict[str, int] = {"method_not_allowed": 405}
 
 _CODE_BY_STATUS: dict[int, str] = {
     400: "invalid_request",
@@ -72,22 +59,20 @@ class HttpFailure(Protocol):
 
 
 def status_for(code: str) -> int:
-    return STATUS_BY_CODE.get(code, 500)
+    return ROUTER_STATUS.get(code) or http_status(code)
 
 
 def kernel_error(exc: m.KernelError) -> ApiError:
-    return ApiError(status=status_for(exc.code), code=exc.code, message=exc.message, details=exc.details)
+    info = exc.info()
+    return ApiError(status=status_for(exc.code), code=exc.code, message=exc.message, details=exc.details, headers=http_headers(info))
 
 
 def run_failure(error: m.ErrorInfo) -> ApiError:
-    """A failed run as an HTTP error. An upstream ``unauthorized`` means the gateway's
-    own provider key was refused, which is not the client's fault: 502, not 401."""
+    """A failed run as an HTTP error (``Retry-After`` where a retry can help). An upstream
+    ``unauthorized`` means the gateway's own provider key was refused, which is not the
+    client's fault: 502, not 401."""
     status = 502 if error.code == "unauthorized" else status_for(error.code)
-    headers: dict[str, str] = {}
-    retry = (error.details or {}).get("retry_after_s")
-    if status == 429 and isinstance(retry, (int, float)) and retry >= 0:
-        headers["retry-after"] = str(max(1, round(retry)))
-    return ApiError(status=status, code=error.code, message=error.message, details=error.details, headers=headers)
+    return ApiError(status=status, code=error.code, message=error.message, details=error.details, headers=http_headers(error))
 
 
 def run_timeout(run_id: str | None, timeout_s: float) -> ApiError:

@@ -21,6 +21,7 @@ import msgspec
 
 from kernel import JsonDecoder
 from kernel import model as m
+from kernel.errors import http_headers, http_status
 
 from .wire import (
     ChatCompletion,
@@ -90,32 +91,32 @@ def openai_error_body(error: HttpFailure) -> Any:
     return from_http(error).body()
 
 
-_RUN_ERRORS: dict[str, tuple[int, str, str | None]] = {
-    "parse_error": (400, "invalid_request_error", None),
-    "invalid_request": (400, "invalid_request_error", None),
-    "too_large": (400, "invalid_request_error", "context_length_exceeded"),
-    "not_found": (404, "invalid_request_error", "model_not_found"),
-    "busy": (409, "invalid_request_error", "conflict"),
-    "rate_limited": (429, "rate_limit_error", "rate_limit_exceeded"),
-    "unauthorized": (502, "server_error", "upstream_unauthorized"),
-    "provider_error": (502, "server_error", "upstream_error"),
-    "timeout": (504, "server_error", "timeout"),
+#: OpenAI's ``type`` and ``code`` for a kernel code (others: ``server_error`` and the kernel's
+#: code); the status is kernel.errors' but where OpenAI's own convention differs (below).
+_RUN_ERRORS: dict[str, tuple[str, str | None]] = {
+    "parse_error": ("invalid_request_error", None),
+    "invalid_request": ("invalid_request_error", None),
+    "too_large": ("invalid_request_error", "context_length_exceeded"),
+    "not_found": ("invalid_request_error", "model_not_found"),
+    "busy": ("invalid_request_error", "conflict"),
+    "rate_limited": ("rate_limit_error", "rate_limit_exceeded"),
+    "unauthorized": ("server_error", "upstream_unauthorized"),
+    "provider_error": ("server_error", "upstream_error"),
+    "timeout": ("server_error", "timeout"),
 }
+#: A run's context too long is OpenAI's 400; a run failing ``unauthorized`` is the upstream
+#: refusing the gateway's key, not the client's fault: 502.
+_RUN_STATUS: dict[str, int] = {"too_large": 400, "unauthorized": 502}
 
 
 def from_error_info(error: m.ErrorInfo) -> OpenAIError:
-    """A kernel error (a failed run or a refused command) in OpenAI's shape.
-
-    An upstream 401 means the gateway's own provider key failed: 502 for the client.
-    """
-    status, kind, code = _RUN_ERRORS.get(error.code, (500, "server_error", None))
-    headers: dict[str, str] = {}
-    retry = (error.details or {}).get("retry_after_s")
-    if status == 429 and isinstance(retry, (int, float)) and retry >= 0:
-        headers["retry-after"] = str(max(1, round(retry)))
+    """A kernel error (a failed run or a refused command) in OpenAI's shape, with the status
+    and headers (``Retry-After``) of kernel.errors."""
+    kind, code = _RUN_ERRORS.get(error.code, ("server_error", error.code))
+    status = _RUN_STATUS.get(error.code) or http_status(error.code)
     return OpenAIError(
         status=status, message=error.message, type=kind, code=code,
-        param="model" if code == "model_not_found" else None, headers=headers,
+        param="model" if code == "model_not_found" else None, headers=http_headers(error),
     )
 
 
