@@ -34,6 +34,7 @@ from ._helpers import http_server
 
 pytestmark = [
     pytest.mark.anyio,
+    pytest.mark.slow,
     pytest.mark.filterwarnings("ignore:Async generator .* was garbage collected:ResourceWarning"),
 ]
 

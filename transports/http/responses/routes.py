@@ -18,11 +18,12 @@ interrupts the run; its response ends ``cancelled``. Streams hold their headers 
 run's first output, so that a failure before it keeps its HTTP status (a rate limit, as
 OpenAI answers it); after that an answer that is not whole (a failure, an interrupt, a
 drain) is ``response.failed``. Hosted tools (``web_search`` …) are left out, logged once
-per type. Reasoning items are sealed with a key of this process (``sealed.py``).
+per type. Reasoning items are sealed with a key of the gateway's (``sealed.py``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import secrets
 import time
@@ -66,13 +67,18 @@ def _error(error: OpenAIError) -> Response:
 
 
 class ResponsesApi:
-    def __init__(self, kernel: Kernel, *, keepalive_s: float, run_timeout_s: float, policy: m.ApprovalPolicy, stored: ResponseStore) -> None:
+    def __init__(
+        self, kernel: Kernel, *, keepalive_s: float, run_timeout_s: float, policy: m.ApprovalPolicy, stored: ResponseStore, signing_key: bytes | None = None
+    ) -> None:
+        """``signing_key``: the http transport's key (``server.signing_key``: derived from the
+        token, so sealed reasoning opens after a restart and on every instance sharing it;
+        None: random). Reasoning is sealed under a key of its own derived from it."""
         self.kernel = kernel
         self.keepalive_s = keepalive_s
         self.run_timeout_s = run_timeout_s
         self.policy = policy
         self.stored = stored
-        self.seal_key = secrets.token_bytes(32)
+        self.seal_key = hashlib.sha256(b"gateway responses sealed reasoning\0" + (signing_key or secrets.token_bytes(32))).digest()
         #: Hosted tool types already logged as left out.
         self._hosted_logged: set[str] = set()
 

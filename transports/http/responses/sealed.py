@@ -4,9 +4,10 @@ A client that keeps nothing stored (``store: false``, Codex) asks for
 ``include: ["reasoning.encrypted_content"]`` and sends each reasoning item back on the next
 turn. The gateway has no encryption of its own to offer, but it must be able to tell its
 own reasoning from text a client made up: the token is the reasoning text with an
-HMAC-SHA256 tag under a key of this process (``gw1.<text, base64url>.<tag, base64url>``).
-A token that does not verify — forged, edited, or sealed by another process — opens to
-None and is ignored, never an error: a restart only costs the model its old reasoning.
+HMAC-SHA256 tag under the gateway's key (``gw1.<text, base64url>.<tag, base64url>``; the key
+is derived from the token, so it holds across restarts and instances that share it, and is
+random per process without one). A token that does not verify — forged, edited, or sealed
+under another key (OpenAI's own opaque blobs) — opens to None and is ignored, never an error.
 The text is readable by whoever holds the token (the client already saw it as the summary);
 the tag only proves where it came from. Pure.
 """
