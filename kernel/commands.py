@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from .model import CommandInfo
+from .model import LOCAL_CALLER, Caller, CommandInfo
 
 if TYPE_CHECKING:
     from .kernel import Kernel
@@ -22,6 +22,9 @@ class CommandContext(msgspec.Struct, kw_only=True):
     session_id: str
     agent_id: str
     request_id: str | None = None
+    # Who typed it: a command passes it to every command it carries out, so a slash command
+    # never does more than its caller's key may.
+    caller: Caller = LOCAL_CALLER
 
 
 CommandHandler = Callable[[CommandContext, str], Awaitable[str]]

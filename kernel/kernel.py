@@ -21,7 +21,7 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from . import model as m
-from .access import Access, acting_as, acting_principal, filter_reply
+from .access import Access, acting_as, acting_caller, acting_principal, filter_reply
 from .cluster import Cluster, RemoteSubscription
 from .commands import CommandContext, SlashCommand
 from .files import WorkspaceFiles
@@ -560,7 +560,9 @@ class Kernel:
         if command is None:
             raise m.KernelError("not_found", f"Unknown command: /{name}. Try /help.")
         session = await self.session(cmd.session_id)
-        ctx = CommandContext(kernel=self, session_id=session.id, agent_id=session.agent.agent_id(), request_id=cmd.request_id)
+        ctx = CommandContext(
+            kernel=self, session_id=session.id, agent_id=session.agent.agent_id(), request_id=cmd.request_id, caller=acting_caller()
+        )
         try:
             output = await command.handler(ctx, cmd.args)
         except m.KernelError:

@@ -14,13 +14,13 @@ async def _help(ctx: CommandContext, args: str) -> str:
 
 
 async def _clear(ctx: CommandContext, args: str) -> str:
-    reply = await ctx.kernel.execute(m.ClearContext(session_id=ctx.session_id, request_id=ctx.request_id))
+    reply = await ctx.kernel.execute(m.ClearContext(session_id=ctx.session_id, request_id=ctx.request_id), ctx.caller)
     return "Context cleared." if isinstance(reply, m.Done) else "Context will be cleared after the current run."
 
 
 async def _history(ctx: CommandContext, args: str) -> str:
     count = int(args) if args.strip().isdigit() else 10
-    reply = await ctx.kernel.execute(m.GetHistory(session_id=ctx.session_id))
+    reply = await ctx.kernel.execute(m.GetHistory(session_id=ctx.session_id), ctx.caller)
     recent = [msg for msg in reply.messages if msg.role in ("user", "assistant") and (msg.content or msg.parts)][-count:]
     if not recent:
         return "No messages yet."
@@ -36,9 +36,9 @@ async def _tools(ctx: CommandContext, args: str) -> str:
 
 async def _model(ctx: CommandContext, args: str) -> str:
     if args.strip():
-        reply = await ctx.kernel.execute(m.ConfigureSession(session_id=ctx.session_id, model=args.strip()))
+        reply = await ctx.kernel.execute(m.ConfigureSession(session_id=ctx.session_id, model=args.strip()), ctx.caller)
     else:
-        reply = await ctx.kernel.execute(m.GetSession(session_id=ctx.session_id))
+        reply = await ctx.kernel.execute(m.GetSession(session_id=ctx.session_id), ctx.caller)
     info = reply.session
     provider = ctx.kernel.agent_info(ctx.kernel.agent(info.agent_id)).provider
     if args.strip():
@@ -47,11 +47,12 @@ async def _model(ctx: CommandContext, args: str) -> str:
 
 
 async def _config(ctx: CommandContext, args: str) -> str:
-    return msgspec.json.format(msgspec.json.encode(ctx.kernel.settings_view()), indent=2).decode()
+    view = await ctx.kernel.execute(m.GetSettings(), ctx.caller)  # the settings are the admin's to read
+    return msgspec.json.format(msgspec.json.encode(view.settings), indent=2).decode()
 
 
 async def _status(ctx: CommandContext, args: str) -> str:
-    report = await ctx.kernel.execute(m.GetStatus())
+    report = await ctx.kernel.execute(m.GetStatus(), ctx.caller)
     return (
         f"gateway {report.version}: provider {report.provider} ({report.model}), "
         f"{report.sessions} sessions, {report.active_runs} running, up {report.uptime_s:.0f}s"

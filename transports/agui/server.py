@@ -97,7 +97,7 @@ class AguiApi:
         thread_id = request.path_params["thread_id"]
         if not codec.valid_thread_id(thread_id):
             _refuse(codec.bad_request(f"Not a thread id: {thread_id!r}"))
-        return (await self._execute(self.kernel.execute(m.GetSession(session_id=thread_id)))).session
+        return (await self._execute(self.kernel.execute(m.GetSession(session_id=thread_id), request.caller))).session
 
     # ---------------------------------------------------------- runs
 
@@ -105,29 +105,31 @@ class AguiApi:
         parsed = codec.decode_input(await request.body())
         if isinstance(parsed, codec.AguiError):
             _refuse(parsed)
-        known = await self._execute(self.kernel.find_session(parsed.thread_id))  # None: a new thread
+        known = await self._execute(self.kernel.find_session(parsed.thread_id, request.caller))  # None: a new thread
         if parsed.resume:
             return await self._resume(request, parsed, known or m.SessionInfo(session_id=parsed.thread_id, agent_id=""))
         if known is not None and known.state in ("awaiting_tool_approval", "awaiting_turn_confirmation"):
             _refuse(codec.AguiError(status=409, code="busy", message=f"Thread {known.session_id!r} waits for the answer to an interrupt: send it in resume."))
-        history = (await self._execute(self.kernel.execute(m.GetHistory(session_id=known.session_id)))).messages if known is not None and known.message_count else ()
+        history = (await self._execute(self.kernel.execute(m.GetHistory(session_id=known.session_id), request.caller))).messages if known is not None and known.message_count else ()
         agent_id = known.agent_id if known is not None else self.kernel.agent(self.agent_id).agent_id()
         plan = codec.plan_run(parsed, history, agent_prompt=self._agent_prompt(agent_id))
         if isinstance(plan, codec.AguiError):
             _refuse(plan)
         # The thread is created once its first run is known to be a good one.
-        opened = await self._execute(self.kernel.execute(m.OpenSession(session_id=parsed.thread_id, agent_id=self.agent_id)))
+        opened = await self._execute(self.kernel.execute(m.OpenSession(session_id=parsed.thread_id, agent_id=self.agent_id), request.caller))
         info = opened.session
         save, command = codec.run_commands(plan, info.session_id, parsed.run_id)
         if save is not None:
-            await self._execute(self.kernel.execute(save))
+            await self._execute(self.kernel.execute(save, request.caller))
         first = Segment(run_id=parsed.run_id, parent_run_id=parsed.parent_run_id)
         if command is None:
             encoder = RunEncoder(RunRecord(info.session_id, "", first, after_seq=info.last_seq))
-            frames = encoder.sync(snapshot_messages(info.session_id, (await self._execute(self.kernel.execute(m.GetHistory(session_id=info.session_id)))).messages))
+            frames = encoder.sync(snapshot_messages(info.session_id, (await self._execute(self.kernel.execute(m.GetHistory(session_id=info.session_id), request.caller))).messages))
             return await self._stream(request, encoder, _no_events, frames)
         try:
-            run = await RunFollower.start(self.kernel, command, policy=self.policy, stop_on_loss=True, client=CLIENT, decline_on_close=False)
+            run = await RunFollower.start(
+                self.kernel, command, policy=self.policy, stop_on_loss=True, client=CLIENT, decline_on_close=False, caller=request.caller
+            )
         except KernelError as exc:
             _refuse(codec.from_kernel(exc.info()))
         assert run.run_id is not None  # a run has its id once accepted
@@ -144,22 +146,22 @@ class AguiApi:
         assert info.run_id is not None  # a thread waiting on a question has an active run
         segment = Segment(run_id=parsed.run_id, parent_run_id=parsed.parent_run_id)
         record = self.runs.latest(info.session_id)
-        replay = await self._replay(record) if record is not None and record.kernel_run_id == info.run_id else None
+        replay = await self._replay(record, request.caller) if record is not None and record.kernel_run_id == info.run_id else None
         after = codec.interrupt_seq(plan.interrupt_id)
         if record is None or replay is None:  # a run started elsewhere, or its start is gone: follow it from here
             record, after = RunRecord(info.session_id, info.run_id, segment, after_seq=info.last_seq), None
             self.runs.remember(record)
-            replay = (await self._follow(info.session_id, info.last_seq), [])
+            replay = (await self._follow(info.session_id, info.last_seq, request.caller), [])
         record.resumed[plan.interrupt_id] = segment
         follower, events = replay
         async with follower:  # subscribed before the answer: nothing it causes is missed
-            await self._execute(self.kernel.execute(plan.answer))
+            await self._execute(self.kernel.execute(plan.answer, request.caller))
             encoder = RunEncoder(record, after=after)
             return await self._stream(request, encoder, follower.next_batch, encoder.feed(events), answered=plan.interrupt_id)
 
     async def interrupt(self, request: Request) -> Response:
         info = await self._thread(request)
-        await self._execute(self.kernel.execute(m.Interrupt(session_id=info.session_id)))
+        await self._execute(self.kernel.execute(m.Interrupt(session_id=info.session_id), request.caller))
         return json_response(200, {"threadId": info.session_id, "interrupted": True})
 
     # ---------------------------------------------------------- reconnect
@@ -173,7 +175,7 @@ class AguiApi:
         # Without Last-Event-ID a client has nothing of the run: a finished run is in the
         # thread's messages (a snapshot); a live one is replayed from its start.
         live = record is not None and record.kernel_run_id == info.run_id
-        replay = await self._replay(record) if record is not None and (after is not None or live) else None
+        replay = await self._replay(record, request.caller) if record is not None and (after is not None or live) else None
         if record is None or replay is None:
             return await self._snapshot(request, info)
         follower, events = replay
@@ -181,10 +183,10 @@ class AguiApi:
             encoder = RunEncoder(record, after=after)
             return await self._stream(request, encoder, follower.next_batch, encoder.feed(events))
 
-    async def _replay(self, record: RunRecord) -> tuple[Follower, list[m.Event]] | None:
+    async def _replay(self, record: RunRecord, caller: m.Caller) -> tuple[Follower, list[m.Event]] | None:
         """Follow the thread from the run's start, with the events ready now; None when
         the run's first events are no longer kept."""
-        follower = await self._follow(record.thread_id, record.after_seq)
+        follower = await self._follow(record.thread_id, record.after_seq, caller)
         ready = await follower.next_batch(deadline=anyio.current_time())
         if ready and isinstance(ready[0], m.SubscriberLagged):
             follower.close()
@@ -193,19 +195,19 @@ class AguiApi:
 
     async def _snapshot(self, request: Request, info: m.SessionInfo) -> Response | None:
         """The thread's messages, then the active run's events from now (if one is running)."""
-        messages = snapshot_messages(info.session_id, (await self._execute(self.kernel.execute(m.GetHistory(session_id=info.session_id)))).messages)
+        messages = snapshot_messages(info.session_id, (await self._execute(self.kernel.execute(m.GetHistory(session_id=info.session_id), request.caller))).messages)
         record = RunRecord(info.session_id, info.run_id or "", Segment(run_id=f"{info.session_id}:{info.last_seq}"), after_seq=info.last_seq)
         encoder = RunEncoder(record)
         if info.run_id is None:
             return await self._stream(request, encoder, _no_events, encoder.sync(messages))
-        follower = await self._follow(info.session_id, info.last_seq)
+        follower = await self._follow(info.session_id, info.last_seq, request.caller)
         async with follower:
             return await self._stream(request, encoder, follower.next_batch, encoder.open_with(messages))
 
-    async def _follow(self, thread_id: str, after_seq: int) -> Follower:
+    async def _follow(self, thread_id: str, after_seq: int, caller: m.Caller) -> Follower:
         try:
             # A stream resumable by Last-Event-ID must have no hole: it ends at a gap.
-            return await Follower.open(self.kernel, thread_id, after_seq, stop_on_loss=True, client=CLIENT)
+            return await Follower.open(self.kernel, thread_id, after_seq, stop_on_loss=True, client=CLIENT, caller=caller)
         except KernelError as exc:
             _refuse(codec.from_kernel(exc.info()))
 
@@ -251,7 +253,7 @@ class AguiApp:
     def __init__(self, kernel: Kernel, config: AguiConfig) -> None:
         # The router's Origin allow-list is ServerConfig.allowed_origins: give it ours.
         router_config = msgspec.structs.replace(config, allowed_origins=list(config.cors_origins))
-        self.router = Router(router_config, error_body=codec.error_body, cors=bool(config.cors_origins))
+        self.router = Router(router_config, error_body=codec.error_body, cors=bool(config.cors_origins), keys=kernel, transport=AguiTransport.name)
         self.api = AguiApi(kernel, config)
         self.api.register(self.router)
         add_health_routes(self.router, kernel)

@@ -81,7 +81,7 @@ class HttpApp:
         add_health_routes(self.native, kernel)
         add_metrics_route(self.native, kernel.observers.metrics)
         if config.console:
-            ConsolePages(self.native.token).register(self.native)
+            ConsolePages(self.native.token, kernel).register(self.native)
         policy = openai_policy(config.openai_tool_approval)
         OpenAIApi(kernel, keepalive_s=config.sse_keepalive_s, run_timeout_s=config.run_timeout_s, policy=policy).register(self.openai)
         ResponsesApi(

@@ -16,6 +16,9 @@ import anyio
 import msgspec
 
 from kernel import decode_json
+from kernel.model import Caller
+
+from ._security import ANONYMOUS
 
 __all__ = [
     "ASGIReceive",
@@ -193,6 +196,10 @@ class Request:
             chunk = message.get("body", b"")
             self._received += len(chunk)
             if self._received > limit:
+        #: Who sends it, resolved once by the router from its credentials (``Authorization``,
+        #: ``x-api-key``, ``?token=``, the login cookie) and ``traceparent``: pass it with
+        #: every command and subscription. A route without auth gets a caller with no scopes.
+        self.caller: Caller = ANONYMOUS
                 if not message.get("more_body", False):
                     self._body_complete = True
                 raise self._too_large()

@@ -38,7 +38,7 @@ from ._http import (
     default_error_body,
     error_response,
 )
-from ._security import ClientLimiter, extract_token, host_allowed, origin_allowed, same_origin, token_matches
+from ._security import ClientLimiter, KeyResolver, host_allowed, origin_allowed, resolve_caller, same_origin
 from ._websocket import WebSocket
 
 __all__ = ["HttpHandler", "Router", "WebSocketHandler", "compile_path"]
@@ -96,7 +96,9 @@ class Router:
         token: str | None = _UNSET,
         cors: bool = False,
         limiter: ClientLimiter | None = None,
-        fallback: Callable[[dict[str, Any], ASGIReceive, ASGISend], Awaitable[None]] | None = None,
+        fallback: Router | None = None,
+        keys: KeyResolver | None = None,
+        transport: str | None = None,
     ) -> None:
         self.config = config if config is not None else ServerConfig()
         self.token: str | None = resolve_token(self.config) if token is _UNSET else token
@@ -114,6 +116,10 @@ class Router:
         pattern: str,
         handler: HttpHandler | None = None,
         *,
+        # The kernel, to resolve API keys to principals (None: only the admin token);
+        # ``transport`` names the dialect on each request's Caller (a metric label).
+        self.keys = keys
+        self.transport = transport
         auth: bool = True,
         limited: bool | None = None,
     ) -> Callable[[H], H]:
@@ -266,11 +272,14 @@ class Router:
             if match is None:
                 continue
             if method in route.methods or (method == "HEAD" and "GET" in route.methods):
-                if route.auth and not token_matches(extract_token(request.headers, request.query), self.token):
-                    raise HttpError(
-                        401, "Missing or invalid token", code="unauthorized",
-                        headers={"www-authenticate": "Bearer"},
-                    )
+                if route.auth:
+                    caller = await resolve_caller(request.headers, request.query, token=self.token, keys=self.keys, transport=self.transport)
+                    if caller is None:
+                        raise HttpError(
+                            401, "Missing or invalid token", code="unauthorized",
+                            headers={"www-authenticate": "Bearer"},
+                        )
+                    request.caller = caller
                 request.path_params = match.groupdict()
                 return await route.handler(request)
             allowed |= route.methods
@@ -286,7 +295,7 @@ class Router:
             match = route.regex.match(scope["path"])
             if match is not None:
                 ws = WebSocket(
-                    scope, receive, send, config=self.config, token=self.token,
+                    scope, receive, send, config=self.config, token=self.token, keys=self.keys, transport=self.transport,
                     require_auth=route.auth, path_params=match.groupdict(), error_body=self.error_body,
                 )
                 try:

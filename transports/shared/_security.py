@@ -9,21 +9,29 @@ from __future__ import annotations
 import hmac
 from collections import deque
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 from urllib.parse import quote, unquote, urlsplit
 
 import anyio
 
+from kernel.model import ADMIN, Caller, Principal
+
 __all__ = [
+    "ANONYMOUS",
     "TOKEN_COOKIE",
     "ClientLimiter",
+    "KeyResolver",
     "SlidingWindowLimiter",
     "cookie_value",
     "extract_token",
     "origin_allowed",
+    "resolve_caller",
+    "resolve_principal",
     "same_origin",
     "token_cookie",
     "token_cookie_name",
     "token_matches",
+    "traceparent_of",
 ]
 
 #: The cookie a browser page's login sets (Jupyter-style: ``/?token=…`` once, then this
@@ -116,6 +124,60 @@ def token_matches(presented: str | None, expected: str | None) -> bool:
     if presented is None:
         return False
     return hmac.compare_digest(presented.encode("utf-8"), expected.encode("utf-8"))
+
+
+class KeyResolver(Protocol):
+    """What the shared resolver asks of the kernel (``Kernel`` is one): the principal of an
+    API key, and whether keys exist (then credentials are needed even without a token)."""
+
+    async def authenticate(self, secret: str | None) -> Principal | None: ...
+
+    async def keys_required(self) -> bool: ...
+
+
+async def resolve_principal(presented: str | None, token: str | None, keys: KeyResolver | None) -> Principal | None:
+    """Who presented ``presented``: the admin for the transport's admin ``token``, a key's
+    principal for a live API key, else None (refused: 401 in the dialect's shape).
+
+    Without a token and without keys, authentication is off (a loopback gateway for one
+    person) and every caller is the admin, as before keys existed. Once a key exists, a
+    caller without credentials is refused even there: people share that gateway.
+    """
+    if presented is not None and token is not None and token_matches(presented, token):
+        return ADMIN
+    if keys is not None and presented is not None:
+        principal = await keys.authenticate(presented)
+        if principal is not None:
+            return principal
+    if token is None and (keys is None or not await keys.keys_required()):
+        return ADMIN  # auth is off: whatever a client sends (an SDK always sends some key)
+    return None
+
+
+#: The caller of a route without authentication (a health check, a page that signs in):
+#: no scopes, so any command it sent would be refused. Never a key's name (kernel/keys.py).
+ANONYMOUS = Caller(principal=Principal(name="anonymous", scopes=()))
+
+#: A W3C ``traceparent`` is 55 characters in version 00; longer values are not passed on.
+_TRACEPARENT_MAX = 128
+
+
+def traceparent_of(headers: Mapping[str, str]) -> str | None:
+    """The caller's W3C ``traceparent`` header, bounded (the kernel's telemetry validates it)."""
+    value = headers.get("traceparent", "").strip()
+    return value if value and len(value) <= _TRACEPARENT_MAX else None
+
+
+async def resolve_caller(
+    headers: Mapping[str, str], query: Mapping[str, str], *, token: str | None, keys: KeyResolver | None, transport: str | None
+) -> Caller | None:
+    """The one resolver of every network transport: the credentials of a request (or of a
+    WebSocket upgrade request) -> the :class:`~kernel.model.Caller` it passes with every
+    command and subscription; None when the credentials are refused."""
+    principal = await resolve_principal(extract_token(headers, query), token, keys)
+    if principal is None:
+        return None
+    return Caller(principal=principal, transport=transport, traceparent=traceparent_of(headers))
 
 
 def _origin_parts(value: str) -> tuple[str, str, int | None] | None:

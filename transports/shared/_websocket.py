@@ -20,6 +20,8 @@ from typing import Any, Literal
 import anyio
 import msgspec
 
+from kernel.model import Caller
+
 from ._config import ServerConfig
 from ._http import (
     ASGIReceive,
@@ -31,7 +33,7 @@ from ._http import (
     default_error_body,
     parse_query,
 )
-from ._security import SlidingWindowLimiter, extract_token, origin_allowed, token_matches
+from ._security import ANONYMOUS, KeyResolver, SlidingWindowLimiter, origin_allowed, resolve_caller
 from ._tracker import tracker_for
 
 __all__ = [
@@ -132,12 +134,20 @@ class WebSocket:
         self.error_body = error_body
         self.path: str = scope["path"]
         self.path_params: dict[str, str] = dict(path_params or {})
+        keys: KeyResolver | None = None,
+        transport: str | None = None,
         self.query: dict[str, str] = parse_query(scope.get("query_string", b""))
         self.headers = Headers(scope.get("headers", ()))
         self.client_host = client_host(scope)
         #: Free slot for the transport (agent, session...) so checks can pass data on.
         self.state: dict[str, Any] = {}
         self._tracker = tracker_for(scope)
+        self._require_auth = require_auth
+        self._keys = keys
+        self._transport = transport
+        #: Who opened the connection, resolved from the upgrade request's credentials and
+        #: ``traceparent`` at :meth:`accept`: pass it with every command and subscription.
+        self.caller: Caller = ANONYMOUS
         self._state: _State = "handshake"
         self._connect_seen = False
         self._holds_ip_slot = False
@@ -184,13 +194,6 @@ class WebSocket:
     def _builtin_checks(self) -> None:
         if self._tracker.shutting_down:
             raise HttpError(503, "Server is shutting down", code="unavailable")
-        if self._token is not None and not token_matches(
-            extract_token(self.headers, self.query), self._token
-        ):
-            raise HttpError(
-                401, "Missing or invalid token", code="unauthorized",
-                headers={"www-authenticate": "Bearer"},
-            )
         if not origin_allowed(self.headers.get("origin"), self.config.allowed_origins):
             raise HttpError(403, "Origin not allowed", code="forbidden")
         if not self._tracker.try_acquire_ip(self.client_host, self.config.max_connections_per_ip):
@@ -210,6 +213,15 @@ class WebSocket:
         ``checks`` in order; the first :class:`HttpError` becomes the HTTP answer.
         """
         await self._await_connect()
+    async def _authenticate(self) -> None:
+        """The upgrade request's credentials -> :attr:`caller` (the shared resolver); 401 if refused."""
+        if not self._require_auth:
+            return
+        caller = await resolve_caller(self.headers, self.query, token=self._token, keys=self._keys, transport=self._transport)
+        if caller is None:
+            raise HttpError(401, "Missing or invalid token", code="unauthorized", headers={"www-authenticate": "Bearer"})
+        self.caller = caller
+
         try:
             self._builtin_checks()
             for check in checks:
@@ -224,6 +236,7 @@ class WebSocket:
             message["headers"] = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
         await self._send(message)
         self._state = "connected"
+            await self._authenticate()
         self._last_activity = anyio.current_time()
         self._tracker.register(self)
         return True

@@ -20,14 +20,15 @@ from pathlib import Path
 from kernel import Kernel
 from transports.shared import (
     HttpError,
+    KeyResolver,
     Request,
     Response,
     Router,
     ServerConfig,
     extract_token,
+    resolve_principal,
     static_response,
     token_cookie,
-    token_matches,
 )
 
 from ..config import HttpConfig
@@ -47,25 +48,28 @@ PAGE_POLICY = {
 
 class ConsolePages:
     """``/`` (the page, or its login) and ``/console/{name}`` (its files) on a router whose
-    token is ``token`` (None: no login, as the API asks none)."""
+    token is ``token`` (None and no keys: no login, as the API asks none). The login takes
+    the admin token or an API key (``keys``: the kernel): the page then shows that key's
+    sessions only, since every call it makes carries the cookie and so the key."""
 
-    def __init__(self, token: str | None) -> None:
+    def __init__(self, token: str | None, keys: KeyResolver | None = None) -> None:
         self.token = token
+        self.keys = keys
 
     def register(self, router: Router) -> None:
         router.get("/", auth=False, limited=True)(self.index)
         router.get("/console/{name}", auth=False, limited=True)(self.asset)
 
     async def index(self, request: Request) -> Response:
-        if self.token is None:
+        if self.token is None and (self.keys is None or not await self.keys.keys_required()):
             return await static_response(STATIC, "index.html", headers=PAGE_POLICY)
         offered = request.query.get("token")
         if offered is not None:
-            if not token_matches(offered, self.token):
+            if await resolve_principal(offered, self.token, self.keys) is None:
                 return await self._login(wrong=True)
             cookie = token_cookie(request.headers.get("host"), offered)
             return Response(303, headers={"location": "/", "set-cookie": cookie, "cache-control": "no-store", "referrer-policy": "no-referrer"})
-        if token_matches(extract_token(request.headers, request.query), self.token):
+        if await resolve_principal(extract_token(request.headers, request.query), self.token, self.keys) is not None:
             return await static_response(STATIC, "index.html", headers=PAGE_POLICY)
         return await self._login(wrong=False)
 
@@ -87,10 +91,10 @@ def hosted_console(kernel: Kernel, config: ServerConfig) -> Router:
     page and the native API under ``config``'s token, Origin list, Host check and limits;
     the API's timings are the http transport's defaults, and the sessions it follows name
     ``console`` as their client."""
-    router = Router(config, error_body=native_error_body)
+    router = Router(config, error_body=native_error_body, keys=kernel, transport="console")
     api = HttpConfig()
     NativeApi(
         kernel, keepalive_s=api.sse_keepalive_s, run_timeout_s=api.run_timeout_s, sessions_poll_s=api.sessions_poll_s, client="console"
     ).register(router)
-    ConsolePages(router.token).register(router)
+    ConsolePages(router.token, kernel).register(router)
     return router

@@ -141,7 +141,7 @@ export class Overview {
 
   matches(info) {
     if (!this.filter) return true;
-    return [info.title, info.label, info.session_id, ...(info.clients || [])].some((value) => value && value.toLowerCase().includes(this.filter));
+    return [info.title, info.label, info.session_id, info.owner, ...(info.clients || [])].some((value) => value && value.toLowerCase().includes(this.filter));
   }
 
   agentSection({ agent, sessions }) {
@@ -171,6 +171,8 @@ export class Overview {
           "div.row-meta",
           h("code", shortId(info.session_id)),
           h("span", plural(info.message_count, "message")),
+          // Whose it is (the key that created it): the admin sees everyone's sessions.
+          info.owner && info.owner !== "admin" ? h("span.session-owner", { title: "owner (API key)" }, info.owner) : null,
           (info.clients || []).map((name) => transportChip(name, 1)),
         ),
       ),
