@@ -23,6 +23,8 @@ from ._security import ANONYMOUS
 __all__ = [
     "ASGIReceive",
     "ASGISend",
+    "BodyIncomplete",
+    "BodyReads",
     "ErrorShaper",
     "Headers",
     "HttpError",
@@ -133,6 +135,43 @@ DISCARD_LIMIT_BYTES = 64 * 1024 * 1024
 DISCARD_TIMEOUT_S = 10.0
 
 
+class BodyReads:
+    """How many request bodies each client IP is sending at once, with a cap.
+
+    A body that trickles in holds a task and a buffer; without a cap one address could
+    open hundreds of half-sent bodies (each within ``body_timeout_s`` of silence) and hold
+    them all. Shared by the routers of one port.
+    """
+
+    __slots__ = ("_open", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._open: dict[str, int] = {}
+
+    def enter(self, host: str) -> bool:
+        count = self._open.get(host, 0)
+        if self.limit and count >= self.limit:
+            return False
+        self._open[host] = count + 1
+        return True
+
+    def leave(self, host: str) -> None:
+        count = self._open.get(host, 0) - 1
+        if count > 0:
+            self._open[host] = count
+        else:
+            self._open.pop(host, None)
+
+
+class BodyIncomplete(HttpError):
+    """The client went away (or half-closed) before its body arrived whole: the request is
+    never decoded, run or applied. Nobody may be reading the answer."""
+
+    def __init__(self) -> None:
+        super().__init__(400, "The request body did not arrive whole (the client closed the connection first)", code="invalid_request")
+
+
 class Request:
     """One HTTP request.  Create through the router; the body is read at most once."""
 
@@ -144,6 +183,8 @@ class Request:
         *,
         path_params: Mapping[str, str] | None = None,
         max_body_bytes: int = 1_048_576,
+        body_timeout_s: float = 10.0,
+        body_reads: BodyReads | None = None,
     ) -> None:
         self.scope = scope
         self.receive = receive
@@ -155,7 +196,13 @@ class Request:
         self.headers = Headers(scope.get("headers", ()))
         client = scope.get("client")
         self.client: tuple[str, int] | None = (client[0], client[1]) if client else None
+        #: Who sends it, resolved once by the router from its credentials (``Authorization``,
+        #: ``x-api-key``, ``?token=``, the login cookie) and ``traceparent``: pass it with
+        #: every command and subscription. A route without auth gets a caller with no scopes.
+        self.caller: Caller = ANONYMOUS
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
+        self._body_reads = body_reads
         self._body: bytes | None = None
         self.body_consumed = False
         self._body_complete = False
@@ -186,29 +233,44 @@ class Request:
         declared = self.headers.get("content-length")
         if declared is not None and declared.strip().isdigit() and int(declared) > limit:
             raise self._too_large()
+        reads, host = self._body_reads, self.client_host
+        if reads is not None and not reads.enter(host):
+            self.body_consumed = True  # not read, and not worth draining: the answer closes the connection
+            raise HttpError(
+                429, f"Too many request bodies in progress from this address (max {reads.limit})",
+                code="rate_limited", headers={"retry-after": "1"},
+            )
+        try:
+            self._body = await self._read_body(limit)
+        finally:
+            if reads is not None:
+                reads.leave(host)
+        return self._body
+
+    async def _read_body(self, limit: int) -> bytes:
+        """Every chunk until the last; a disconnect before it is :class:`BodyIncomplete`
+        (never a shorter body), a silence of ``body_timeout_s`` is 408."""
         chunks: list[bytes] = []
         self.body_consumed = True
         while True:
-            message = await self.receive()
+            message: dict[str, Any] | None = None
+            with anyio.move_on_after(self.body_timeout_s):
+                message = await self.receive()
+            if message is None:
+                raise HttpError(408, f"The request body stalled: nothing arrived for {self.body_timeout_s:g}s", code="timeout")
             if message["type"] == "http.disconnect":
                 self.disconnected = True
-                break
+                raise BodyIncomplete()
             chunk = message.get("body", b"")
             self._received += len(chunk)
             if self._received > limit:
-        #: Who sends it, resolved once by the router from its credentials (``Authorization``,
-        #: ``x-api-key``, ``?token=``, the login cookie) and ``traceparent``: pass it with
-        #: every command and subscription. A route without auth gets a caller with no scopes.
-        self.caller: Caller = ANONYMOUS
                 if not message.get("more_body", False):
                     self._body_complete = True
                 raise self._too_large()
             chunks.append(chunk)
             if not message.get("more_body", False):
                 self._body_complete = True
-                break
-        self._body = b"".join(chunks)
-        return self._body
+                return b"".join(chunks)
 
     async def finish_body(self) -> bool:
         """Read and drop what is left of the body, so that the client can read the answer
@@ -233,7 +295,11 @@ class Request:
         self.body_consumed = True
         with anyio.move_on_after(DISCARD_TIMEOUT_S):
             while self._received <= DISCARD_LIMIT_BYTES:
-                message = await self.receive()
+                message: dict[str, Any] | None = None
+                with anyio.move_on_after(self.body_timeout_s):
+                    message = await self.receive()
+                if message is None:
+                    return False  # the rest stalled: close rather than wait
                 if message["type"] == "http.disconnect":
                     self.disconnected = True
                     return True

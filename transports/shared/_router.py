@@ -30,6 +30,8 @@ from ._config import ServerConfig, resolve_token
 from ._http import (
     ASGIReceive,
     ASGISend,
+    BodyIncomplete,
+    BodyReads,
     ErrorShaper,
     Headers,
     HttpError,
@@ -76,6 +78,17 @@ class _Route:
     limited: bool
 
 
+def _check_framing(headers: Headers) -> None:
+    """RFC 9112 §6.3: a request with both ``Transfer-Encoding`` and ``Content-Length`` is
+    the classic request-smuggling pair behind a proxy; answer 400 and close the connection
+    (the server MUST NOT reuse it)."""
+    if "transfer-encoding" in headers and "content-length" in headers:
+        raise HttpError(
+            400, "A request may not carry both Transfer-Encoding and Content-Length (RFC 9112 §6.3)",
+            code="invalid_request", headers={"connection": "close"},
+        )
+
+
 class Router:
     """An ASGI application dispatching to HTTP and WebSocket handlers.
 
@@ -84,8 +97,9 @@ class Router:
     every JSON error this router or its WebSockets produce.  ``cors`` (off by default)
     answers preflights and adds ``Access-Control-Allow-Origin`` for allowed origins.
     ``limiter`` counts requests per client IP (``config.requests_per_minute_per_ip``
-    by default); routers that serve one port share one. ``fallback``: an ASGI app for the
-    requests whose path no route of this router matches (HTTP and WebSocket).
+    by default); routers that serve one port share one. ``fallback``: another router for the
+    requests whose path no route of this router matches but one of its own does (HTTP and
+    WebSocket); a path neither routes is this router's 404, in this router's error shape.
     """
 
     def __init__(
@@ -102,10 +116,15 @@ class Router:
     ) -> None:
         self.config = config if config is not None else ServerConfig()
         self.token: str | None = resolve_token(self.config) if token is _UNSET else token
+        # The kernel, to resolve API keys to principals (None: only the admin token);
+        # ``transport`` names the dialect on each request's Caller (a metric label).
+        self.keys = keys
+        self.transport = transport
         self.error_body = error_body
         self.cors = cors
         self.limiter = limiter if limiter is not None else ClientLimiter(self.config.requests_per_minute_per_ip)
         self.fallback = fallback
+        self.body_reads = BodyReads(self.config.max_body_reads_per_ip)
         self._http: list[_Route] = []
         self._ws: list[_Route] = []
 
@@ -116,10 +135,6 @@ class Router:
         pattern: str,
         handler: HttpHandler | None = None,
         *,
-        # The kernel, to resolve API keys to principals (None: only the admin token);
-        # ``transport`` names the dialect on each request's Caller (a metric label).
-        self.keys = keys
-        self.transport = transport
         auth: bool = True,
         limited: bool | None = None,
     ) -> Callable[[H], H]:
@@ -168,7 +183,10 @@ class Router:
         kind = scope["type"]
         if kind in ("http", "websocket") and not host_allowed(Headers(scope.get("headers", ())).get("host"), self.token):
             await self._refuse_host(scope, receive, send)
-        elif self.fallback is not None and kind in ("http", "websocket") and not self._routes_path(kind, scope["path"]):
+        elif (
+            self.fallback is not None and kind in ("http", "websocket")
+            and not self.routes_path(kind, scope["path"]) and self.fallback.routes_path(kind, scope["path"])
+        ):
             await self.fallback(scope, receive, send)
         elif kind == "http":
             await self._handle_http(scope, receive, send)
@@ -201,7 +219,10 @@ class Router:
 
     async def _handle_http(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
         started = False
-        request = Request(scope, receive, send, max_body_bytes=self.config.max_body_bytes)
+        request = Request(
+            scope, receive, send, max_body_bytes=self.config.max_body_bytes,
+            body_timeout_s=self.config.body_timeout_s, body_reads=self.body_reads,
+        )
         cors = self._cors_headers(request.headers.get("origin"))
 
         async def tracking_send(message: dict[str, Any]) -> None:
@@ -209,7 +230,8 @@ class Router:
             if message["type"] == "http.response.start":
                 started = True
                 extra = [(k.encode(), v.encode()) for k, v in cors.items()]
-                if not await request.finish_body():  # an unread body must not break keep-alive
+                closing = any(name.lower() == b"connection" for name, _ in message.get("headers", []))
+                if not await request.finish_body() and not closing:  # an unread body must not break keep-alive
                     extra.append((b"connection", b"close"))
                 if extra:
                     message = dict(message)
@@ -218,11 +240,14 @@ class Router:
 
         request.send = tracking_send
         try:
+            _check_framing(request.headers)
             response = await self._dispatch_http(request, cors)
             if response is not None:
                 await response.send_to(tracking_send, head_only=request.method == "HEAD")
             elif not started:
                 raise RuntimeError(f"handler for {request.method} {request.path} sent no response")
+        except BodyIncomplete:
+            log.info("%s %s from %s: the body did not arrive whole; not acted on", request.method, request.path, request.client_host)
         except HttpError as error:
             if not started:
                 await error_response(error, self.error_body).send_to(tracking_send)
@@ -245,7 +270,7 @@ class Router:
                 code="rate_limited", headers={"retry-after": str(math.ceil(wait))},
             )
 
-    def _routes_path(self, kind: str, path: str) -> bool:
+    def routes_path(self, kind: str, path: str) -> bool:
         """Whether a route of this router (of any method) matches ``path``."""
         return any(route.regex.match(path) for route in (self._http if kind == "http" else self._ws))
 

@@ -38,6 +38,7 @@ from ._tracker import tracker_for
 
 __all__ = [
     "CLOSE_GOING_AWAY",
+    "CLOSE_HANDSHAKE_TIMEOUT_S",
     "CLOSE_INTERNAL_ERROR",
     "CLOSE_NORMAL",
     "CLOSE_POLICY_VIOLATION",
@@ -60,6 +61,14 @@ CLOSE_GOING_AWAY = 1001  # server shutdown
 CLOSE_POLICY_VIOLATION = 1008
 CLOSE_TOO_BIG = 1009
 CLOSE_INTERNAL_ERROR = 1011
+
+#: How long a closing connection is kept for the peer's close reply. The close frame may
+#: wait behind data a reader has not taken yet (one cut off for reading too slowly): one
+#: that reads again within this time gets that data and then the close frame with its code
+#: and reason, instead of a dropped connection (1006). A server that stops waits less.
+CLOSE_HANDSHAKE_TIMEOUT_S = 5.0
+#: The close of a stopping server: its clients get this long for the close handshake.
+_SHUTDOWN_CLOSE_S = 1.0
 
 _encoder = msgspec.json.Encoder()
 
@@ -125,29 +134,29 @@ class WebSocket:
         require_auth: bool = True,
         path_params: Mapping[str, str] | None = None,
         error_body: ErrorShaper = default_error_body,
+        keys: KeyResolver | None = None,
+        transport: str | None = None,
     ) -> None:
         self.scope = scope
         self._receive = receive
         self._send = send
         self.config = config if config is not None else ServerConfig()
         self._token = token if require_auth else None
-        self.error_body = error_body
-        self.path: str = scope["path"]
-        self.path_params: dict[str, str] = dict(path_params or {})
-        keys: KeyResolver | None = None,
-        transport: str | None = None,
-        self.query: dict[str, str] = parse_query(scope.get("query_string", b""))
-        self.headers = Headers(scope.get("headers", ()))
-        self.client_host = client_host(scope)
-        #: Free slot for the transport (agent, session...) so checks can pass data on.
-        self.state: dict[str, Any] = {}
-        self._tracker = tracker_for(scope)
         self._require_auth = require_auth
         self._keys = keys
         self._transport = transport
         #: Who opened the connection, resolved from the upgrade request's credentials and
         #: ``traceparent`` at :meth:`accept`: pass it with every command and subscription.
         self.caller: Caller = ANONYMOUS
+        self.error_body = error_body
+        self.path: str = scope["path"]
+        self.path_params: dict[str, str] = dict(path_params or {})
+        self.query: dict[str, str] = parse_query(scope.get("query_string", b""))
+        self.headers = Headers(scope.get("headers", ()))
+        self.client_host = client_host(scope)
+        #: Free slot for the transport (agent, session...) so checks can pass data on.
+        self.state: dict[str, Any] = {}
+        self._tracker = tracker_for(scope)
         self._state: _State = "handshake"
         self._connect_seen = False
         self._holds_ip_slot = False
@@ -155,6 +164,10 @@ class WebSocket:
         self._close_code: int | None = None
         self._close_reason = ""
         self._closed_event = anyio.Event()
+        self._close_wait_s = _SHUTDOWN_CLOSE_S
+        # One reader of the ASGI receive channel at a time: the handler's, or close()'s
+        # wait for the peer's reply to the close frame.
+        self._recv_lock = anyio.Lock()
         # fast_acquire: no scheduling round per frame when nobody else is sending.
         self._send_lock = anyio.Lock(fast_acquire=True)
         self._recv_scope: anyio.CancelScope | None = None
@@ -200,6 +213,15 @@ class WebSocket:
             raise HttpError(429, "Too many connections from this address", code="rate_limited")
         self._holds_ip_slot = True
 
+    async def _authenticate(self) -> None:
+        """The upgrade request's credentials -> :attr:`caller` (the shared resolver); 401 if refused."""
+        if not self._require_auth:
+            return
+        caller = await resolve_caller(self.headers, self.query, token=self._token, keys=self._keys, transport=self._transport)
+        if caller is None:
+            raise HttpError(401, "Missing or invalid token", code="unauthorized", headers={"www-authenticate": "Bearer"})
+        self.caller = caller
+
     async def accept(
         self,
         checks: Sequence[WebSocketCheck] = (),
@@ -213,16 +235,8 @@ class WebSocket:
         ``checks`` in order; the first :class:`HttpError` becomes the HTTP answer.
         """
         await self._await_connect()
-    async def _authenticate(self) -> None:
-        """The upgrade request's credentials -> :attr:`caller` (the shared resolver); 401 if refused."""
-        if not self._require_auth:
-            return
-        caller = await resolve_caller(self.headers, self.query, token=self._token, keys=self._keys, transport=self._transport)
-        if caller is None:
-            raise HttpError(401, "Missing or invalid token", code="unauthorized", headers={"www-authenticate": "Bearer"})
-        self.caller = caller
-
         try:
+            await self._authenticate()
             self._builtin_checks()
             for check in checks:
                 result = check(self)
@@ -236,7 +250,6 @@ class WebSocket:
             message["headers"] = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
         await self._send(message)
         self._state = "connected"
-            await self._authenticate()
         self._last_activity = anyio.current_time()
         self._tracker.register(self)
         return True
@@ -294,7 +307,8 @@ class WebSocket:
             with anyio.CancelScope(deadline=deadline) as scope:
                 self._recv_scope = scope
                 try:
-                    message = await self._receive()
+                    async with self._recv_lock:
+                        message = await self._receive()
                 finally:
                     self._recv_scope = None
             if scope.cancelled_caught:
@@ -309,10 +323,11 @@ class WebSocket:
         return WsClosed(self._close_code or 1006, self._close_reason)
 
     async def _wait_local_close(self) -> None:
-        # close() from another task may still be sending its close frame; if the
-        # handler returned first, hypercorn would answer 1011 instead of our code.
+        # close() from another task may still be sending its close frame or waiting for the
+        # peer's reply; if the handler returned first, hypercorn would end the connection
+        # (1011, or a dropped socket) before the peer had our code.
         if self._closing and not self._closed_event.is_set():
-            with anyio.move_on_after(1.5, shield=True):
+            with anyio.move_on_after(self._close_wait_s + 0.5, shield=True):
                 await self._closed_event.wait()
 
     async def __aiter__(self) -> AsyncIterator[WsEvent]:
@@ -367,27 +382,45 @@ class WebSocket:
         """Encode ``obj`` with msgspec and send it as one text frame."""
         return await self.send_text(_encoder.encode(obj).decode("utf-8"))
 
-    async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
-        """Close with ``code``; idempotent, bounded in time and safe to call while cancelled."""
+    async def close(self, code: int = CLOSE_NORMAL, reason: str = "", *, timeout_s: float = CLOSE_HANDSHAKE_TIMEOUT_S) -> None:
+        """Close with ``code``; idempotent, bounded in time and safe to call while cancelled.
+
+        The close handshake is waited for, up to ``timeout_s``: the close frame is sent
+        (behind whatever data is still queued for the peer), then the peer's reply is read.
+        Until then the connection stays open, so a peer that was slow to read still gets
+        the data sent before and then the code and reason.
+        """
         if self._state == "handshake":
             await self.reject(HttpError(403, reason or "WebSocket closed before accept"))
             return
         if self.closed:
             return
         self._closing = True
+        self._close_wait_s = timeout_s
         if self._recv_scope is not None:
             self._recv_scope.cancel()
-        with anyio.move_on_after(1.0, shield=True):
+        with anyio.move_on_after(timeout_s, shield=True):
             async with self._send_lock:
                 try:
                     await self._send({"type": "websocket.close", "code": code, "reason": reason})
                 except Exception:  # the transport is already gone; nothing to tell the peer
                     log.debug("websocket close failed", exc_info=True)
+                else:
+                    await self._await_peer_close()
         self._mark_closed(code, reason)
+
+    async def _await_peer_close(self) -> None:
+        """Read (and drop: the connection is closing) what the peer sends until its side is
+        closed too — its reply to our close frame, or the end of the connection."""
+        async with self._recv_lock:
+            while self._state != "closed":
+                message = await self._receive()
+                if message["type"] == "websocket.disconnect":
+                    return
 
     async def shutdown(self) -> None:
         """Server is stopping: close with 1001 (called by the connection tracker)."""
-        await self.close(CLOSE_GOING_AWAY, "Server shutting down")
+        await self.close(CLOSE_GOING_AWAY, "Server shutting down", timeout_s=_SHUTDOWN_CLOSE_S)
 
     def _mark_closed(self, code: int, reason: str) -> None:
         if self._state != "closed":
@@ -420,7 +453,7 @@ class WebSocket:
                 status = 500 if exc is not None else 403
                 await self.reject(HttpError(status, "WebSocket not accepted"))
         elif isinstance(exc, anyio.get_cancelled_exc_class()):
-            await self.close(CLOSE_GOING_AWAY, "Server shutting down")
+            await self.close(CLOSE_GOING_AWAY, "Server shutting down", timeout_s=_SHUTDOWN_CLOSE_S)
         elif exc is not None:
             await self.close(CLOSE_INTERNAL_ERROR, "Internal error")
         else:
