@@ -71,9 +71,9 @@ class Session:
         # An ephemeral session lives in memory only (a throw-away conversation, e.g. one
         # OpenAI-compatible request): nothing of it reaches the store.
         self.ephemeral = ephemeral
-        self.context: list[Message] = []
         # The principal (key name) it belongs to (kernel/access.py); set by whoever creates it.
         self.owner = "admin"
+        self.context: list[Message] = []
         self.turns = 0
         self.usage = Usage()
         # Per-session overrides (ConfigureSession), None: the agent's or the kernel's value.
@@ -133,9 +133,9 @@ class Session:
             clients=tuple(sorted(set(self.hub.clients()))),
             model=self.model,
             max_turns=self.turn_limit,
+            owner=self.owner,
         )
 
-            owner=self.owner,
     @property
     def model(self) -> str:
         """The model the next run uses (a request's own ``model`` option aside)."""
