@@ -10,7 +10,8 @@ The bound, from the kernel outwards:
   closes the socket with 1008 ("client too slow"), so a stalled client holds at most
   the socket buffers plus one frame. On the trio worker, hypercorn cannot interrupt a
   blocked socket write; there the OS drops a peer that takes no data for
-  ``2 * lag_grace_s + 1`` seconds (TCP_USER_TIMEOUT).
+  ``lag_grace_s`` + the close handshake's 5 s + 1 s (TCP_USER_TIMEOUT); until then a
+  client that reads again gets what was sent and the 1008 close (test_cut_off_reader).
 * Resumption: OpenFang and Agent-CLI sockets have no way to resume from a ``seq``; a
   client reconnects and reads the history. stdio has none either (one process, one
   pipe): a stdio reader that falls behind and loses events gets a
@@ -224,7 +225,7 @@ async def test_a_websocket_client_that_stops_reading_is_cut_off_alone(dialect: s
 
 async def test_clients_that_never_read_again_do_not_hold_up_the_servers_stop() -> None:
     """Without a bound, one such client kept a trio server from stopping for ever: its
-    worker shields socket writes. The OS now drops the peer after 2 * grace + 1 s."""
+    worker shields socket writes. The OS now drops the peer after grace + 5 s + 1 s."""
     settings = lag_settings(buffer=16, retention=4096, grace_s=0.3)
     provider = ScriptedProvider([text_turn(*PIECES)], delay_s=0.001)
     async with running_kernel(provider, settings=settings, commands=()) as kernel:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 from ._config import TOKEN_ENV_VAR, ServerConfig, validate_bind
 from ._http import ASGIReceive, ASGISend
 from ._tracker import SCOPE_KEY, ConnectionObserver, ConnectionTracker
+from ._websocket import CLOSE_HANDSHAKE_TIMEOUT_S
 
 __all__ = ["ASGIApp", "build_hypercorn_config", "serve_asgi"]
 
@@ -225,8 +226,10 @@ def base_url(host: str, port: int, scheme: str = "http") -> str:
 
 def stalled_peer_timeout_s(lag_grace_s: float) -> float:
     """When the OS drops a client that takes no data: a little after the kernel would cut
-    it off for lagging (the backstop for socket writes that cannot be interrupted)."""
-    return 2 * lag_grace_s + 1.0
+    it off for lagging and the close handshake that follows had its time (the backstop for
+    socket writes that cannot be interrupted; before it, a reader that reads again still
+    learns why it was cut off)."""
+    return lag_grace_s + CLOSE_HANDSHAKE_TIMEOUT_S + 1.0
 
 
 async def serve_http(
