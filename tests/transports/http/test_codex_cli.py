@@ -7,7 +7,9 @@ temp workdir, every request but loopback sent to a dead proxy.
 * over the openai provider and the scripted upstream, the model asks for Codex's
   ``exec_command``; Codex runs the command itself, sends its output back (``store: false``:
   the whole conversation again, with the function call and its output), the upstream
-  receives that output, and Codex prints the model's final answer.
+  receives that output, and Codex prints the model's final answer;
+* an upstream that breaks off mid-answer: the response ends ``response.failed`` and Codex
+  fails with the reason instead of printing the partial text as its answer.
 """
 
 from __future__ import annotations
@@ -67,8 +69,9 @@ stream_max_retries = 0
 """
 
 
-async def run_codex(codex: tuple[str, Path], base_url: str, prompt: str, tmp_path: Path) -> tuple[str, str]:
-    """``codex exec PROMPT`` in a temp workdir; its stdout (the final answer) and stderr."""
+async def run_codex(codex: tuple[str, Path], base_url: str, prompt: str, tmp_path: Path, *, ok: bool = True) -> tuple[str, str]:
+    """``codex exec PROMPT`` in a temp workdir; its stdout (the final answer) and stderr.
+    ``ok``: whether it must succeed (else: it must fail)."""
     node, launcher = codex
     home, workdir = tmp_path / "home", tmp_path / "work"
     (home / ".codex").mkdir(parents=True)
@@ -84,8 +87,8 @@ async def run_codex(codex: tuple[str, Path], base_url: str, prompt: str, tmp_pat
     with anyio.fail_after(60):
         done = await anyio.run_process(command, env=env, cwd=workdir, stdin=None, check=False)
     out, err = done.stdout.decode(), done.stderr.decode()
-    if done.returncode != 0:
-        pytest.fail(f"codex exec failed ({done.returncode}):\n{out}\n{err[-4000:]}", pytrace=False)
+    if (done.returncode == 0) != ok:
+        pytest.fail(f"codex exec ended {done.returncode}:\n{out}\n{err[-4000:]}", pytrace=False)
     return out, err
 
 
@@ -128,3 +131,16 @@ async def test_codex_runs_its_exec_command_for_the_model(codex: tuple[str, Path]
     results = [m for m in second["messages"] if m["role"] == "tool"]
     assert len(results) == 1 and results[0]["tool_call_id"] == "call_exec_1" and "codex-ran-42" in results[0]["content"]
     assert len(upstream.requests) == 2
+
+
+async def test_codex_fails_on_an_answer_cut_short(codex: tuple[str, Path], tmp_path: Path) -> None:
+    async with fake_openai_server([Reply.cut(after=3, text="partial answer that will be cut off here", chunks=8)]) as upstream:
+        provider = OpenAIProvider(OpenAISettings(api_key="sk-upstream", base_url=upstream.base_url, model="fake-model", timeout_s=20.0, max_retries=0))
+        try:
+            async with gateway(provider) as (_, base_url):
+                out, err = await run_codex(codex, base_url, "hi", tmp_path, ok=False)
+        finally:
+            await provider.aclose()
+    assert out.strip() == ""  # no final answer
+    assert "stream disconnected before completion" in err and "broke off" in err  # the gateway's reason, from response.failed
+    assert len(upstream.requests) == 1  # stream_max_retries = 0
