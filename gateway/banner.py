@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import sniffio
+
 from kernel import Kernel, mask_secrets
 from transports.base import BannerLine
 
@@ -73,10 +75,21 @@ def store_lines(kernel: Kernel) -> list[BannerLine]:
     return lines
 
 
+def loop_line() -> BannerLine:
+    """The async backend this process runs on (called on it): trio, asyncio, or asyncio on uvloop."""
+    backend = sniffio.current_async_library()
+    if backend == "asyncio":
+        import asyncio
+
+        if type(asyncio.get_running_loop()).__module__.startswith("uvloop"):
+            return BannerLine("loop", "asyncio on uvloop")
+    return BannerLine("loop", backend)
+
+
 def banner_text(kernel: Kernel, started: Sequence[Started], launch: Launch) -> str:
     """The whole banner, one aligned ``label  text`` line each."""
     lines = [line for each in started for line in transport_lines(kernel, each, launch)]
-    lines += model_lines(kernel) + store_lines(kernel)
+    lines += model_lines(kernel) + store_lines(kernel) + [loop_line()]
     width = max(len(line.label) for line in lines)
     body = "\n".join(f"  {line.label.ljust(width)}  {line.text}" for line in lines)
     return f"gateway {kernel.version} is ready (Ctrl+C stops it):\n{body}\n"

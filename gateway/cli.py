@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import os
@@ -38,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--transport", "-t", action="append", required=True, metavar="NAME", help="a transport to serve (repeatable)")
     serve.add_argument("--config", "-c", metavar="FILE", help="a gateway.toml file")
     serve.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio", help="the async backend (default asyncio)")
+    serve.add_argument(
+        "--loop", choices=("auto", "asyncio", "uvloop"), default="auto",
+        help="the asyncio event loop: uvloop (pip install 'gateway[fast]'), asyncio's own, or auto = uvloop when installed",
+    )
     serve.add_argument("--host", help="bind address for the network transports")
     serve.add_argument("--port", type=int, help="port for the network transport (0 = any free port)")
     serve.add_argument("--token", help="require this token from clients (else GATEWAY_TOKEN)")
@@ -54,6 +59,23 @@ def build_parser() -> argparse.ArgumentParser:
     config = sub.add_parser("config", help="print the effective configuration (secrets masked)")
     config.add_argument("--config", "-c", metavar="FILE")
     return parser
+
+
+def event_loop(backend: str, loop: str) -> tuple[str, dict[str, Any]]:
+    """anyio's backend and its options for ``--backend`` and ``--loop``: uvloop runs the kernel,
+    every transport and hypercorn's asyncio worker (they all run on the loop anyio starts);
+    ``auto`` takes it when it is installed; trio has no such choice."""
+    if backend != "asyncio":
+        if loop == "uvloop":
+            raise SystemExit("gateway: --loop uvloop needs --backend asyncio")
+        return backend, {}
+    if loop == "asyncio":
+        return backend, {}
+    if importlib.util.find_spec("uvloop") is None:
+        if loop == "uvloop":
+            raise SystemExit("gateway: --loop uvloop: uvloop is not installed (pip install 'gateway[fast]')")
+        return backend, {}
+    return backend, {"use_uvloop": True}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,7 +147,8 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     configs = app.transport_configs(settings, registry, args.transport, overrides)
     launch = None if args.quiet else _launch(args)
     try:
-        anyio.run(partial(app.serve, launch=launch), settings, registry, configs, backend=args.backend)
+        backend, options = event_loop(args.backend, args.loop)
+        anyio.run(partial(app.serve, launch=launch), settings, registry, configs, backend=backend, backend_options=options)
     except KeyboardInterrupt:
         pass
     except app.StartupError as exc:
@@ -148,9 +171,11 @@ def _launch(args: argparse.Namespace) -> Launch:
     if args.config:
         options += ["--config", os.path.abspath(args.config)]
     if args.db:
-        options += ["--db", os.path.abspath(args.db)]
+        options += ["--db", os.path.abspath(os.path.expanduser(args.db))]
     if args.backend != "asyncio":
         options += ["--backend", args.backend]
+    if args.loop != "auto":
+        options += ["--loop", args.loop]
     return Launch(tuple(options))
 
 

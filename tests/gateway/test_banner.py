@@ -96,7 +96,7 @@ async def test_the_acp_line_is_the_command_an_editor_runs(tmp_path: Path) -> Non
     async with gateway_process(["serve", "-t", "acp"], env, cwd=tmp_path) as gateway:
         banner = await read_banner(gateway)
         await gateway.close_stdin()
-    assert set(banner) == {"acp", "model", "warning", "store"}
+    assert set(banner) == {"acp", "model", "warning", "store", "loop"}
     command = banner["acp"][0].split("an editor starts it as: ", 1)[1]
     assert shlex.split(command)[-4:] == ["gateway", "serve", "--transport", "acp"]
     editor = await anyio.open_process(shlex.split(command), env=env, cwd=tmp_path)
@@ -125,3 +125,28 @@ async def test_quiet_prints_no_banner(tmp_path: Path) -> None:
             except anyio.EndOfStream:
                 pass
         assert b"transport stdio ready" in logs and b"is ready (Ctrl+C" not in logs and b"  store " not in logs
+
+
+@pytest.mark.parametrize(("options", "loop"), [(["--loop", "uvloop"], "asyncio on uvloop"), (["--loop", "asyncio"], "asyncio"), (["--backend", "trio"], "trio")])
+async def test_the_loop_is_the_one_asked_for_and_the_banner_says_which(tmp_path: Path, options: list[str], loop: str) -> None:
+    env = gateway_env(tmp_path / "loop.db")
+    async with gateway_process(["serve", "-t", "stdio", *options], env, cwd=tmp_path) as gateway:
+        banner = await read_banner(gateway)
+        await gateway.send({"type": "prompt", "parts": [{"type": "text", "text": "on which loop"}]})
+        while (event := await gateway.receive(30))["type"] != "run_finished":
+            pass
+        assert event["text"] == "echo: on which loop"
+        await gateway.close_stdin()
+        with anyio.fail_after(30):
+            assert await gateway.process.wait() == 0
+    assert banner["loop"] == [loop]
+
+
+def test_uvloop_needs_the_asyncio_backend() -> None:
+    from gateway.cli import event_loop
+
+    assert event_loop("asyncio", "auto") == ("asyncio", {"use_uvloop": True})
+    assert event_loop("asyncio", "asyncio") == ("asyncio", {})
+    assert event_loop("trio", "auto") == ("trio", {})
+    with pytest.raises(SystemExit, match="needs --backend asyncio"):
+        event_loop("trio", "uvloop")
