@@ -72,7 +72,9 @@ class FinishChunk(msgspec.Struct, frozen=True):
 Chunk = TextChunk | ReasoningChunk | ToolCallChunk | UsageChunk | FinishChunk
 
 
-ProviderErrorCode = Literal["provider_error", "rate_limited", "timeout", "unauthorized", "invalid_request", "not_found"]
+# ``upstream_unauthorized``: the upstream refused the gateway's own key (or none is set) — the
+# operator's to fix, never answered like a client's refused token (kernel/errors.py).
+ProviderErrorCode = Literal["provider_error", "rate_limited", "timeout", "upstream_unauthorized", "invalid_request", "not_found"]
 
 
 class ProviderError(Exception):

@@ -4,7 +4,7 @@
   the standard library and msgspec; no kernel module needs another to be imported first
   (no import cycle), whatever the order.
 * Outside the kernel (``transports/``, ``plugins/``, ``gateway/``, the example plugins), code
-  uses the kernel's public surface only: ``import kernel`` and ``kernel.model``, names without
+  uses the kernel's public surface only: ``import kernel``, ``kernel.model`` and ``kernel.errors``, names without
   a leading underscore, and on a kernel object only the attributes in ``KERNEL_SURFACE``.
   Sessions are reached through commands, events and the followers, never as objects.
 * A transport never imports another transport or the composition root (``gateway``);
@@ -30,6 +30,7 @@ OUTER = ["transports", "plugins", "gateway", "docs/examples"]
 KERNEL_SURFACE = frozenset(
     {
         "execute",  # every command
+        "find_session",  # GetSession, None when there is no such session
         "settings",  # read-only configuration
         "settings_view",
         "version",
@@ -47,6 +48,9 @@ KERNEL_SURFACE = frozenset(
 )
 #: Compatibility names: ``transports.packet`` re-exports the embedding API of ``gateway.embedded``.
 UPWARD_ALLOWED = {"transports/packet/__init__.py"}
+#: The kernel modules a codec may import by name: pure, loading msgspec only (the model, and
+#: the one HTTP meaning of each error code, which every HTTP dialect's codec uses).
+PURE_KERNEL = ("kernel.model", "kernel.errors")
 
 
 def _run(code: str) -> str:
@@ -130,15 +134,15 @@ def _violations(path: Path) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module]
-            if node.module in ("kernel", "kernel.model"):
+            if node.module in ("kernel", *PURE_KERNEL):
                 found += [f"{rel}:{node.lineno}: private name {a.name}" for a in node.names if a.name.startswith("_")]
         elif isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         else:
             names = []
         for name in names:
-            if name.startswith("kernel.") and name != "kernel.model":
-                found.append(f"{rel}:{node.lineno}: imports {name} (use `kernel` or `kernel.model`)")
+            if name.startswith("kernel.") and name not in PURE_KERNEL:
+                found.append(f"{rel}:{node.lineno}: imports {name} (use `kernel`, `kernel.model` or `kernel.errors`)")
             if package is not None and rel not in UPWARD_ALLOWED and name.split(".")[0] == "gateway":
                 found.append(f"{rel}:{node.lineno}: a transport imports the composition root ({name})")
             parts = name.split(".")

@@ -27,7 +27,8 @@ Works against OpenAI, DeepSeek, vLLM, llama.cpp, Ollama and friends through
   send them), ``ToolCallChunk`` fragments keyed by index, ``UsageChunk`` (the last usage
   the upstream reported) and a final ``FinishChunk``.
 * Failures become :class:`kernel.provider.ProviderError` with a stable code
-  (``rate_limited`` with ``retry_after_s``, ``unauthorized``, ``not_found``,
+  (``rate_limited`` with ``retry_after_s``, ``upstream_unauthorized`` for a refused or
+  missing key of the gateway's (401/403: not the client's credentials), ``not_found``,
   ``invalid_request``, ``timeout``, ``provider_error``). A stream that ends without a
   finish reason, sends a malformed or too deeply nested chunk, or reports an error
   inside the stream is a ``provider_error``, never a silent success. The API key never
@@ -243,7 +244,7 @@ class OpenAIProvider:
             if api_key is None:
                 raise ProviderError(
                     "no API key configured for the openai provider (set OPENAI_API_KEY or provider.openai.api_key)",
-                    code="unauthorized",
+                    code="upstream_unauthorized",
                 )
             client = openai.AsyncOpenAI(
                 api_key=api_key,
@@ -458,7 +459,7 @@ class OpenAIProvider:
                 )
             if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
                 return ProviderError(
-                    f"{where} rejected the API key (HTTP {status}){suffix}", code="unauthorized", status=status
+                    f"{where} rejected the API key (HTTP {status}){suffix}", code="upstream_unauthorized", status=status
                 )
             if isinstance(exc, openai.NotFoundError):
                 return ProviderError(

@@ -235,7 +235,7 @@ async def test_the_api_key_never_appears_in_any_answer_or_log_line(tmp_path: Pat
             ]):
                 await child.send_line({**command, "request_id": f"k{rid}"})
             await child.until_line(lambda x: x.get("type") == "run_failed", timeout_s=20)
-            assert (await child.until_line(lambda x: x.get("type") == "run_failed"))["error"]["code"] == "unauthorized"
+            assert (await child.until_line(lambda x: x.get("type") == "run_failed"))["error"]["code"] == "upstream_unauthorized"
             async with httpx.AsyncClient(base_url=child.urls["openfang"], timeout=10) as client:
                 agent = (await client.get("/api/agents")).json()[0]["id"]
                 for path in ("/api/status", "/api/agents", f"/api/agents/{agent}", "/api/version", "/api/commands"):

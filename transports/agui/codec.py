@@ -22,6 +22,7 @@ import msgspec
 
 from kernel import JsonDecoder, parse_wire_int
 from kernel import model as m
+from kernel.errors import http_headers, http_status
 
 from . import wire
 
@@ -69,22 +70,9 @@ def bad_request(message: str) -> AguiError:
     return AguiError(status=400, code="invalid_request", message=message)
 
 
-_KERNEL_STATUS: dict[str, int] = {
-    "parse_error": 400,
-    "invalid_request": 400,
-    "not_found": 404,
-    "busy": 409,
-    "too_large": 413,
-    "rate_limited": 429,
-    "unauthorized": 502,  # the gateway's own provider key failed: not the client's fault
-    "provider_error": 502,
-    "timeout": 504,
-}
-
-
 def from_kernel(error: m.ErrorInfo) -> AguiError:
-    """A command the kernel refused, before the stream opened."""
-    return AguiError(status=_KERNEL_STATUS.get(error.code, 500), code=error.code, message=error.message)
+    """A command the kernel refused, before the stream opened (status and headers: kernel.errors)."""
+    return AguiError(status=http_status(error.code), code=error.code, message=error.message, headers=http_headers(error))
 
 
 # ---------------------------------------------------------------- the request

@@ -124,7 +124,7 @@ class OpenFangRest:
         public_id = canonical_uuid(request.path_params["sid"])
         if public_id is None:
             raise HttpError(400, "Invalid session ID", code="invalid_request")
-        info = await self.sessions.find(public_id, agent_id)
+        info = await self.sessions.find(public_id, request.caller, agent_id)
         if info is None:
             raise HttpError(404, "Session not found", code="not_found")
         return info
@@ -146,17 +146,17 @@ class OpenFangRest:
                 raise HttpError(400, f"Attachment not found: {file_id}", code="invalid_request")
             parts.append(attachment_part(upload))
         if body.session_id is None:
-            session_id = await self.sessions.get(agent_id)
+            session_id = await self.sessions.get(agent_id, request.caller)
         elif valid_session_name(body.session_id):
-            session_id = await self.sessions.named(agent_id, body.session_id)
+            session_id = await self.sessions.named(agent_id, body.session_id, request.caller)
         else:
             raise HttpError(400, "Invalid session_id", code="invalid_request")
         return m.Prompt(parts=tuple(parts), agent_id=agent_id, session_id=session_id)
 
-    async def _start(self, prompt: m.Prompt) -> RunFollower:
+    async def _start(self, prompt: m.Prompt, caller: m.Caller) -> RunFollower:
         assert prompt.agent_id is not None and prompt.session_id is not None
-        self.sessions.touch(prompt.agent_id, prompt.session_id)
-        return await guarded(RunFollower.start(self.kernel, prompt, policy=self.policy, client="openfang"))
+        self.sessions.touch(prompt.agent_id, prompt.session_id, caller)
+        return await guarded(RunFollower.start(self.kernel, prompt, policy=self.policy, client="openfang", caller=caller))
 
     # ---------------------------------------------------------- read-only
 
@@ -170,7 +170,7 @@ class OpenFangRest:
         })
 
     async def status(self, request: Request) -> Response:
-        report = await guarded(self.kernel.execute(m.GetStatus()))
+        report = await guarded(self.kernel.execute(m.GetStatus(), request.caller))
         return json_response(200, {
             "status": "running", "version": report.version, "uptime_seconds": int(report.uptime_s),
             "agent_count": report.agents, "sessions": report.sessions, "active_runs": report.active_runs,
@@ -197,18 +197,18 @@ class OpenFangRest:
 
     async def message(self, request: Request) -> Response:
         prompt = await self._prompt(request)
-        async with await self._start(prompt) as run:
+        async with await self._start(prompt, request.caller) as run:
             end = await run.wait()
         assert prompt.session_id is not None
-        status, body = message_reply(end, prompt.session_id)
-        return json_response(status, body)
+        status, body, headers = message_reply(end, prompt.session_id)
+        return json_response(status, body, headers=headers)
 
     async def message_stream(self, request: Request) -> None:
         prompt = await self._prompt(request)
         stream = SseEncoder(DeltaCoalescer(self.config.coalesce_ms / 1000.0, self.config.coalesce_chars))
         # A client that stops reading is let go after the kernel's lag grace.
         grace = self.kernel.settings.session.lag_grace_s
-        async with await self._start(prompt) as run, open_sse(request, keepalive_interval_s=self.config.sse_keepalive_s, send_timeout_s=grace) as sse:
+        async with await self._start(prompt, request.caller) as run, open_sse(request, keepalive_interval_s=self.config.sse_keepalive_s, send_timeout_s=grace) as sse:
             while not stream.finished:
                 batch = await run.next_batch(stream.deadline)
                 now = anyio.current_time()
@@ -220,9 +220,9 @@ class OpenFangRest:
         """Interrupt the agent's runs started through this transport (not another transport's)."""
         agent_id = self._agent_id(request)
         stopped = 0
-        for session_id in self.sessions.used(agent_id):
+        for session_id in self.sessions.used(agent_id, request.caller):
             try:
-                await self.kernel.execute(m.Interrupt(session_id=session_id))
+                await self.kernel.execute(m.Interrupt(session_id=session_id), request.caller)
             except m.KernelError as exc:  # invalid_request: nothing was running there
                 if exc.code == "not_found":
                     self.sessions.forget(agent_id, session_id)
@@ -234,21 +234,21 @@ class OpenFangRest:
 
     async def get_session(self, request: Request) -> Response:
         agent_id = self._agent_id(request)
-        session_id = await self.sessions.get(agent_id)
-        history = await guarded(self.kernel.execute(m.GetHistory(session_id=session_id)))
+        session_id = await self.sessions.get(agent_id, request.caller)
+        history = await guarded(self.kernel.execute(m.GetHistory(session_id=session_id), request.caller))
         return json_response(200, history_json(session_id, agent_id, history.messages))
 
     async def list_sessions(self, request: Request) -> Response:
         agent_id = self._agent_id(request)
-        active = await self.sessions.get(agent_id)
-        listing = await guarded(self.kernel.execute(m.ListSessions(agent_id=agent_id)))
+        active = await self.sessions.get(agent_id, request.caller)
+        listing = await guarded(self.kernel.execute(m.ListSessions(agent_id=agent_id), request.caller))
         return json_response(200, sessions_json(listing.sessions, {active}))
 
     async def create_session(self, request: Request) -> Response:
         """``{"session_id", "label"}`` of the new session, which becomes the active one."""
         agent_id = self._agent_id(request)
         body = _body_or_empty(await request.body(), NewSessionBody)
-        info = await self.sessions.create(agent_id, body.label)
+        info = await self.sessions.create(agent_id, request.caller, body.label)
         return json_response(200, session_json(info, {info.session_id}))
 
     async def switch_session(self, request: Request) -> Response:
@@ -256,37 +256,37 @@ class OpenFangRest:
         info = await self._path_session(request, agent_id)
         if info.agent_id != agent_id:
             raise HttpError(400, "Session belongs to a different agent", code="invalid_request")
-        self.sessions.switch(agent_id, info.session_id)
+        self.sessions.switch(agent_id, info.session_id, request.caller)
         return json_response(200, ok("Session switched", session_id=public_session_id(info.session_id)))
 
     async def reset_session(self, request: Request) -> Response:
         """Clear the active session's context (in place: its id stays), after a running turn."""
-        session_id = (await guarded(self.sessions.open_active(self._agent_id(request)))).session_id
-        reply = await guarded(self.kernel.execute(m.ClearContext(session_id=session_id)))
+        session_id = (await guarded(self.sessions.open_active(self._agent_id(request), request.caller))).session_id
+        reply = await guarded(self.kernel.execute(m.ClearContext(session_id=session_id), request.caller))
         queued = isinstance(reply, m.Accepted) and reply.queued
         return json_response(200, ok("Session reset", session_id=public_session_id(session_id), queued=queued))
 
     async def compact_session(self, request: Request) -> Response:
         agent_id = self._agent_id(request)
-        session = await guarded(self.sessions.open_active(agent_id))
+        session = await guarded(self.sessions.open_active(agent_id, request.caller))
         window = self.kernel.agent(agent_id).max_context_messages
         return json_response(200, ok(compact_message(session.message_count, window)))
 
     async def clear_history(self, request: Request) -> Response:
         """Every session of the agent loses its history (OpenFang's "all history"); the sessions stay."""
         agent_id = self._agent_id(request)
-        listing = await guarded(self.kernel.execute(m.ListSessions(agent_id=agent_id)))
+        listing = await guarded(self.kernel.execute(m.ListSessions(agent_id=agent_id), request.caller))
         for info in listing.sessions:
-            await guarded(self.kernel.execute(m.ClearHistory(session_id=info.session_id)))
+            await guarded(self.kernel.execute(m.ClearHistory(session_id=info.session_id), request.caller))
         return json_response(200, ok("All history cleared", sessions=len(listing.sessions)))
 
     async def all_sessions(self, request: Request) -> Response:
-        listing = await guarded(self.kernel.execute(m.ListSessions()))
-        return json_response(200, sessions_json(listing.sessions, self.sessions.active_ids()))
+        listing = await guarded(self.kernel.execute(m.ListSessions(), request.caller))
+        return json_response(200, sessions_json(listing.sessions, self.sessions.active_ids(request.caller)))
 
     async def delete_session(self, request: Request) -> Response:
         info = await self._path_session(request)
-        await guarded(self.kernel.execute(m.DeleteSession(session_id=info.session_id)))
+        await guarded(self.kernel.execute(m.DeleteSession(session_id=info.session_id), request.caller))
         self.sessions.forget(info.agent_id, info.session_id)
         return json_response(200, {"status": "deleted", "session_id": public_session_id(info.session_id)})
 

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from kernel import model as m
-from kernel.errors import http_status
+from kernel.errors import http_headers, http_status
 from transports.shared.coalesce import DeltaCoalescer
 
 from .codec import INPUT_PREVIEW, RESULT_PREVIEW, WEB_COMMANDS
@@ -97,11 +97,21 @@ def history_json(session_id: str, agent_id: str, messages: Sequence[m.Message]) 
     return {"session_id": public_session_id(session_id), "agent_id": agent_id, "message_count": len(out), "messages": out}
 
 
-def message_reply(end: m.RunFinished | m.RunFailed, session_id: str) -> tuple[int, dict[str, Any]]:
-    """``POST /message``: the status and body for the end of its run."""
+#: A REST answer: status, JSON body, headers.
+RestReply = tuple[int, dict[str, Any], dict[str, str]]
+
+
+def error_reply(error: m.ErrorInfo) -> RestReply:
+    """A kernel error as OpenFang's REST API answers it: ``{"error": message}``, the status and
+    headers (``Retry-After``) of kernel.errors."""
+    return http_status(error.code), {"error": error.message}, http_headers(error)
+
+
+def message_reply(end: m.RunFinished | m.RunFailed, session_id: str) -> RestReply:
+    """``POST /message``: the status, body and headers for the end of its run."""
     failed = m.forced_end_error(end)
     if failed is not None:
-        return http_status(failed.code), {"error": failed.message}
+        return error_reply(failed)
     assert isinstance(end, m.RunFinished)
     body: dict[str, Any] = {
         "response": end.text, "input_tokens": end.usage.input_tokens, "output_tokens": end.usage.output_tokens,
@@ -109,7 +119,7 @@ def message_reply(end: m.RunFinished | m.RunFailed, session_id: str) -> tuple[in
     }
     if end.interrupted:
         body["interrupted"] = True
-    return 200, body
+    return 200, body, {}
 
 
 def session_json(info: m.SessionInfo, active: Collection[str]) -> dict[str, Any]:

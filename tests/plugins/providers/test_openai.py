@@ -373,7 +373,7 @@ async def test_rate_limited_with_retry_after() -> None:
 @pytest.mark.anyio
 @pytest.mark.parametrize(
     ("status", "code"),
-    [(500, "provider_error"), (503, "provider_error"), (401, "unauthorized"), (404, "not_found"), (400, "invalid_request")],
+    [(500, "provider_error"), (503, "provider_error"), (401, "upstream_unauthorized"), (404, "not_found"), (400, "invalid_request")],
 )
 async def test_http_errors(status: int, code: str) -> None:
     async with fake_openai_server([Reply.error(status, f"upstream says {status}")]) as server:
@@ -435,7 +435,7 @@ async def test_api_key_never_in_error_messages() -> None:
         async with provider_for(server) as provider:
             unauthorized = await fails(provider)
             assert "Incorrect API key" in unauthorized.message
-            assert unauthorized.code == "unauthorized" and unauthorized.status == 401
+            assert unauthorized.code == "upstream_unauthorized" and unauthorized.status == 401
             assert KEY not in repr(provider)
         server.api_key = None
         server.script = script

@@ -88,7 +88,8 @@ def test_error_statuses() -> None:
     assert codec.kernel_error(m.KernelError("not_found", "x")).body() == {"error": {"code": "not_found", "message": "x"}}
     limited = codec.run_failure(m.ErrorInfo(code="rate_limited", message="slow", details={"retry_after_s": 2.4}))
     assert (limited.status, limited.headers) == (429, {"retry-after": "2"})
-    assert codec.run_failure(m.ErrorInfo(code="unauthorized", message="bad key")).status == 502
+    assert codec.run_failure(m.ErrorInfo(code="upstream_unauthorized", message="bad key")).status == 502
+    assert codec.run_failure(m.ErrorInfo(code="unauthorized", message="bad token")).status == 401
     assert codec.run_failure(m.ErrorInfo(code="timeout", message="t")).status == 504
     assert codec.native_error_body(HttpError(413, "big")) == {"error": {"code": "too_large", "message": "big"}}
 
@@ -250,7 +251,8 @@ def test_openai_error_shapes() -> None:
     assert oc.from_http(HttpError(500, "x")).type == "server_error"
     limited = oc.from_error_info(m.ErrorInfo(code="rate_limited", message="slow", details={"retry_after_s": 0.2}))
     assert (limited.status, limited.type, limited.code, limited.headers) == (429, "rate_limit_error", "rate_limit_exceeded", {"retry-after": "1"})
-    assert oc.from_error_info(m.ErrorInfo(code="unauthorized", message="k")).status == 502
+    assert oc.from_error_info(m.ErrorInfo(code="upstream_unauthorized", message="k")).status == 502
+    assert oc.from_error_info(m.ErrorInfo(code="unauthorized", message="k")).status == 401
     assert oc.from_error_info(m.ErrorInfo(code="internal", message="k")).status == 500
 
 

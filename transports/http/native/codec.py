@@ -68,11 +68,9 @@ def kernel_error(exc: m.KernelError) -> ApiError:
 
 
 def run_failure(error: m.ErrorInfo) -> ApiError:
-    """A failed run as an HTTP error (``Retry-After`` where a retry can help). An upstream
-    ``unauthorized`` means the gateway's own provider key was refused, which is not the
-    client's fault: 502, not 401."""
-    status = 502 if error.code == "unauthorized" else status_for(error.code)
-    return ApiError(status=status, code=error.code, message=error.message, details=error.details, headers=http_headers(error))
+    """A failed run as an HTTP error, status and headers (``Retry-After``) from kernel.errors
+    (the upstream refusing the gateway's key is ``upstream_unauthorized``: 502, not 401)."""
+    return ApiError(status=status_for(error.code), code=error.code, message=error.message, details=error.details, headers=http_headers(error))
 
 
 def run_timeout(run_id: str | None, timeout_s: float) -> ApiError:
