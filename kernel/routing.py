@@ -130,6 +130,11 @@ class ClusterRouting:
                 raise
             if exc.code == "draining":
                 return await self._hand_over(owner, command, exc)
+            if exc.code == "unavailable" and self.host.draining:
+                # The owner is gone, but a draining instance takes no session over: the
+                # client's retry reaches an instance that will.
+                log.warning("instance %s did not answer for session %s and this instance is draining: refused", owner, command.session_id)
+                raise draining_error() from None
             if exc.code != "unavailable" or await cluster.claim(command.session_id) is not None:
                 raise
             log.warning("instance %s did not answer for session %s and its lease expired: taking the session over", owner, command.session_id)
@@ -173,7 +178,12 @@ class ClusterRouting:
         cluster = self.cluster
         if session_id in self.host.sessions:
             return None
-        owner = await cluster.claim(session_id)
+        if self.host.draining:  # follow wherever it runs, but take no lease
+            owner = await cluster.owner(session_id)
+            if owner is None or owner == cluster.instance_id:
+                raise draining_error()
+        else:
+            owner = await cluster.claim(session_id)
         if owner is None:
             return None
         if after_seq is None:  # from now on: the stream's end
