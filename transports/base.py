@@ -24,7 +24,7 @@ gateway's (it decodes ``[transports.NAME]`` and names the section in errors).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 import anyio
@@ -32,17 +32,14 @@ import msgspec
 from anyio.abc import TaskStatus
 
 from kernel import Kernel
-from transports.shared import ServerConfig
-
-#: An ASGI application: ``await app(scope, receive, send)``.
-AsgiApp = Callable[[dict[str, Any], Callable[[], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], Awaitable[None]]], Awaitable[None]]
+from transports.shared import Router, ServerConfig
 
 #: Builds the gateway console for a transport that hosts it (``hosts_console``): from the
 #: kernel and that transport's own config — whose token, Origin list, Host check and limits
-#: then apply — an ASGI app serving ``/``, the console's files and the native API they call.
-#: The gateway (the composition root) passes the http transport's; a transport never
-#: imports another.
-ConsoleFactory = Callable[[Kernel, ServerConfig], AsgiApp]
+#: then apply — a router serving ``/``, the console's files and the native API they call
+#: (the host's router hands it the paths it routes). The gateway (the composition root)
+#: passes the http transport's; a transport never imports another.
+ConsoleFactory = Callable[[Kernel, ServerConfig], Router]
 
 
 class BannerLine(NamedTuple):
