@@ -129,11 +129,11 @@ async def wait_ready(host: str, port: int, path: str, process: asyncio.subproces
 
 
 @contextlib.asynccontextmanager
-async def litellm_proxy(upstreams: Mapping[str, str], api_key: str) -> AsyncIterator[Peer]:
+async def litellm_proxy(upstreams: Mapping[str, str], api_key: str, settings: Mapping[str, object] | None = None) -> AsyncIterator[Peer]:
     """A LiteLLM proxy serving each ``model name -> upstream base URL`` as an OpenAI model.
 
     LiteLLM refuses to start without a master key; it gets a random one (clients send it
-    as their API key), with no database behind it.
+    as their API key), with no database behind it. ``settings``: more ``litellm_settings``.
     """
     command = await ensure_litellm()
     master_key = f"sk-{secrets.token_hex(24)}"
@@ -143,7 +143,7 @@ async def litellm_proxy(upstreams: Mapping[str, str], api_key: str) -> AsyncIter
             {"model_name": name, "litellm_params": {"model": "openai/fake-model", "api_base": url, "api_key": api_key}}
             for name, url in upstreams.items()
         ],
-        "litellm_settings": {"telemetry": False, "drop_params": True},
+        "litellm_settings": {"telemetry": False, "drop_params": True, **(settings or {})},
         "general_settings": {"master_key": master_key},
     }))
     port = free_port()

@@ -35,6 +35,7 @@ BENCHMARKS = {
     "long-answers": "tests.bench.bench_long_answers",
     "cluster": "tests.bench.bench_cluster",
     "openai-proxy": "tests.bench.bench_openai_proxy",
+    "anthropic-proxy": "tests.bench.bench_anthropic_proxy",
 }
 
 
@@ -43,7 +44,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a ~1 minute smoke run (smaller counts, fewer repetitions)")
     parser.add_argument("--only", metavar="NAMES", help="comma-separated subset of: " + ", ".join(BENCHMARKS))
     parser.add_argument("--backend", action="append", choices=h.BACKENDS, help="server backend(s) to measure (default: both)")
-    parser.add_argument("--peer", action="append", choices=("litellm",), help="also measure this proxy where a benchmark can (openai-proxy; installed into the bench cache on first use)")
+    parser.add_argument("--peer", action="append", choices=("litellm",), help="also measure this proxy where a benchmark can (openai-proxy, anthropic-proxy; installed into the bench cache on first use)")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (for docs/performance.md)")
     parser.add_argument("--json", metavar="PATH", help="where to write the results (default tests/bench/results[-quick].json)")
     parser.add_argument("--render", metavar="PATH", help="print the Markdown table of an earlier results file and exit")

@@ -70,9 +70,9 @@ def bad_request(message: str) -> AnthropicError:
 
 
 def from_http(error: HttpFailure) -> AnthropicError:
-    """A refusal of the router (401, 403, 404, 405, 413, 429) in Anthropic's shape."""
-    retry = "true" if error.status == 429 else "false"
-    return AnthropicError(status=error.status, type=error_type(error.status), message=error.message, headers={**error.headers, "x-should-retry": retry})
+    """A refusal of the router (401, 403, 404, 405, 413, 429) in Anthropic's shape (its
+    headers are the router's; clients retry only the 429 of these by default)."""
+    return AnthropicError(status=error.status, type=error_type(error.status), message=error.message, headers=error.headers)
 
 
 def anthropic_error_body(error: HttpFailure) -> Any:

@@ -294,3 +294,16 @@ async def test_structured_output_and_a_forced_tool_reach_the_model() -> None:
         assert provider.requests[1].parallel_tool_calls is False
         with pytest.raises(anthropic.BadRequestError):  # forcing a tool nobody offers
             await sdk.messages.create(model=AGENT, max_tokens=50, messages=[{"role": "user", "content": "go"}], tool_choice={"type": "tool", "name": "nope"})
+
+
+async def test_the_clients_own_cancel_interrupts_the_run() -> None:
+    provider = ScriptedProvider([text_turn(*[f"w{i} " for i in range(500)])], delay_s=0.01)
+    async with gateway(provider) as (kernel, _, sdk):
+        async with sdk.messages.stream(model=AGENT, max_tokens=1000, messages=[{"role": "user", "content": "hi"}]) as stream:
+            async for event in stream:
+                if event.type == "content_block_delta":
+                    break  # the client leaves mid-answer
+        with anyio.fail_after(10):  # the upstream stream is closed and the throw-away session deleted
+            while provider.closed_streams < 1 or kernel.sessions:
+                await anyio.sleep(0.01)
+        assert len(provider.requests) == 1
