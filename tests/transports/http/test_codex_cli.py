@@ -69,21 +69,25 @@ stream_max_retries = 0
 """
 
 
-async def run_codex(codex: tuple[str, Path], base_url: str, prompt: str, tmp_path: Path, *, ok: bool = True) -> tuple[str, str]:
+async def run_codex(
+    codex: tuple[str, Path], base_url: str, prompt: str, tmp_path: Path, *, ok: bool = True, resume: bool = False
+) -> tuple[str, str]:
     """``codex exec PROMPT`` in a temp workdir; its stdout (the final answer) and stderr.
-    ``ok``: whether it must succeed (else: it must fail)."""
+    ``ok``: whether it must succeed (else: it must fail); ``resume``: continue the last
+    session (``codex exec resume --last``) in the same home and workdir."""
     node, launcher = codex
     home, workdir = tmp_path / "home", tmp_path / "work"
-    (home / ".codex").mkdir(parents=True)
-    workdir.mkdir()
-    (home / ".codex" / "config.toml").write_text(_config(base_url))
+    if not resume:
+        (home / ".codex").mkdir(parents=True)
+        workdir.mkdir()
+        (home / ".codex" / "config.toml").write_text(_config(base_url))
     env = {
         "PATH": os.environ["PATH"], "HOME": str(home), "CODEX_HOME": str(home / ".codex"), "GATEWAY_TOKEN": TOKEN,
         # Anything but loopback goes to a port nobody listens on.
         "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost",
         "RUST_LOG": "error", "NO_COLOR": "1",
     }
-    command = [node, str(launcher), "exec", "--skip-git-repo-check", "--color", "never", "-C", str(workdir), prompt]
+    command = [node, str(launcher), "exec", "--skip-git-repo-check", "--color", "never", "-C", str(workdir), *(["resume", "--last"] if resume else []), prompt]
     with anyio.fail_after(60):
         done = await anyio.run_process(command, env=env, cwd=workdir, stdin=None, check=False)
     out, err = done.stdout.decode(), done.stderr.decode()
@@ -144,3 +148,20 @@ async def test_codex_fails_on_an_answer_cut_short(codex: tuple[str, Path], tmp_p
     assert out.strip() == ""  # no final answer
     assert "stream disconnected before completion" in err and "broke off" in err  # the gateway's reason, from response.failed
     assert len(upstream.requests) == 1  # stream_max_retries = 0
+
+
+async def test_codex_resumes_a_session_with_its_reasoning(codex: tuple[str, Path], tmp_path: Path) -> None:
+    script = [Reply(text="First answer.", reasoning="Thinking about one."), Reply(text="Second answer.", reasoning="Thinking about two.")]
+    async with fake_openai_server(script) as upstream:
+        provider = OpenAIProvider(OpenAISettings(api_key="sk-upstream", base_url=upstream.base_url, model="fake-model", timeout_s=20.0, max_retries=0))
+        try:
+            async with gateway(provider) as (_, base_url):
+                first, first_err = await run_codex(codex, base_url, "one", tmp_path)
+                second, second_err = await run_codex(codex, base_url, "two", tmp_path, resume=True)
+        finally:
+            await provider.aclose()
+    assert (first.strip(), second.strip()) == ("First answer.", "Second answer.")
+    assert "Thinking about one." in first_err and "Thinking about two." in second_err  # reasoning items, shown by Codex
+    # The second turn replayed the first (store: false): the model sees the whole conversation.
+    turns = [(msg["role"], msg["content"]) for msg in upstream.requests[1]["messages"] if msg["role"] != "system"]
+    assert turns[-3:] == [("user", "one"), ("assistant", "First answer."), ("user", "two")]

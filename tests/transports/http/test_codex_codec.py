@@ -245,3 +245,8 @@ def test_item_references_resolve_to_stored_items() -> None:
     for i in range(4):
         store.put(StoredResponse(response_id=f"resp_x{i}", session_id="s1", body=b"{}", done=True))
     assert store.holding(ids[0]) is None and len(store) == 4
+
+
+def test_a_free_form_tool_can_be_forced() -> None:
+    p = plan({"input": "patch it", "tools": [APPLY_PATCH], "tool_choice": {"type": "custom", "name": "apply_patch"}})
+    assert p.options.tool_choice == m.ToolChoice(mode="tool", name="apply_patch")

@@ -171,7 +171,10 @@ def _demands(request: w.ResponsesRequest) -> tuple[m.OutputFormat | None, m.Tool
     output = output_format(fmt.get("type", "text"), fmt, "text.format") if fmt is not None else None
     if isinstance(output, OpenAIError):
         return output
-    choice = tool_choice(request.tool_choice, "tool_choice", nested=False)
+    forced = request.tool_choice
+    if isinstance(forced, dict) and forced.get("type") == "custom":  # a free-form tool is a function to the model
+        forced = {**forced, "type": "function"}
+    choice = tool_choice(forced, "tool_choice", nested=False)
     if isinstance(choice, OpenAIError):
         return choice
     return output, choice
