@@ -57,8 +57,8 @@ async def events_until_end(base: str, path: str, out: list[dict[str, Any]]) -> N
                     return
 
 
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
-async def test_failover_after_a_sigkill_takes_the_lease_not_the_forward_timeout(tmp_path: Path, backend: str) -> None:
+async def test_failover_after_a_sigkill_takes_the_lease_not_the_forward_timeout(tmp_path: Path, anyio_backend: str) -> None:
+    backend = anyio_backend  # the instances run on the test's backend too
     lease_s = 1.5
     async with gateway_instances(tmp_path, [backend, backend], transports=["http"], lease_s=lease_s, forward_timeout_s=30.0) as (a, b):
         await create(a.urls["http"], "s")
@@ -73,8 +73,8 @@ async def test_failover_after_a_sigkill_takes_the_lease_not_the_forward_timeout(
         assert await history(b.urls["http"], "s") == ["first", "after"]  # the withdrawn command ran once
 
 
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
-async def test_a_draining_instance_finishes_its_run_then_hands_the_session_over(tmp_path: Path, backend: str) -> None:
+async def test_a_draining_instance_finishes_its_run_then_hands_the_session_over(tmp_path: Path, anyio_backend: str) -> None:
+    backend = anyio_backend  # the instances run on the test's backend too
     async with gateway_instances(tmp_path, [backend, backend], transports=["http"], drain_s=20.0) as (a, b):
         await create(a.urls["http"], "busy", "idle")
         assert (await prompt(a.urls["http"], "busy", "first")).status_code == 200
@@ -108,8 +108,8 @@ async def test_a_draining_instance_finishes_its_run_then_hands_the_session_over(
         assert await history(b.urls["http"], "idle") == ["first", "second"]
 
 
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
-async def test_sigterm_while_a_request_waits_on_a_dead_owner_answers_it_draining_and_logs_it(tmp_path: Path, backend: str) -> None:
+async def test_sigterm_while_a_request_waits_on_a_dead_owner_answers_it_draining_and_logs_it(tmp_path: Path, anyio_backend: str) -> None:
+    backend = anyio_backend  # the instances run on the test's backend too
     prefix = f"gwtest-wait-{backend}-{time.monotonic_ns() % 10**8}"
     async with gateway_instances(tmp_path, [backend, backend], transports=["http"], lease_s=4.0, drain_s=0.3, prefix=prefix) as (a, b):
         await create(a.urls["http"], "x")
