@@ -61,7 +61,6 @@ class AnthropicApi:
         self.run_timeout_s = run_timeout_s
         self.policy = policy
         self.signing_key = signing_key
-        self.caller = m.Caller(transport="http")
         self._hosted_logged: set[str] = set()
 
     def register(self, router: Router) -> None:
@@ -108,7 +107,7 @@ class AnthropicApi:
         try:
             async with ephemeral_run(
                 self.kernel, agent_id=plan.agent_id, label=EPHEMERAL_LABEL, history=plan.history, command=command,
-                policy=self.policy, caller=self.caller,
+                policy=self.policy, caller=request.caller,
             ) as run:
                 if plan.stream:
                     return await self._stream(request, run, plan, message_id, request_id)

@@ -307,3 +307,17 @@ async def test_the_clients_own_cancel_interrupts_the_run() -> None:
             while provider.closed_streams < 1 or kernel.sessions:
                 await anyio.sleep(0.01)
         assert len(provider.requests) == 1
+
+
+async def test_an_api_key_as_x_api_key_is_its_principal() -> None:
+    provider = ScriptedProvider([text_turn("keyed")])
+    async with gateway(provider) as (kernel, url, _):
+        _, prompter = await kernel.keys.create("claude-user")
+        _, reader = await kernel.keys.create("reader", scopes=["read"])
+        body = {"model": AGENT, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+        async with httpx.AsyncClient(base_url=url, timeout=20) as http:
+            allowed = await http.post("/v1/messages", json=body, headers={"x-api-key": prompter})
+            refused = await http.post("/v1/messages", json=body, headers={"x-api-key": reader})
+        assert allowed.status_code == 200 and allowed.json()["content"][0]["text"] == "keyed"
+        assert refused.status_code == 403 and refused.json()["error"]["type"] == "permission_error"
+        assert refused.headers["x-should-retry"] == "false"
