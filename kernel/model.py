@@ -290,7 +290,8 @@ class OutputFormat(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
 
 class ToolChoice(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
     """How the run's *first* model call may use tools: ``auto`` (the model decides),
-    ``required`` (some tool), ``tool`` (the tool ``name``), ``none`` (no tools this run).
+    ``required`` (some tool: one of the client's own when it brought any), ``tool`` (the
+    tool ``name``), ``none`` (no tools this run).
 
     Only the first call is bound: once the forced call has its result, the model must be
     free to answer (a forced tool on every call would loop until the iteration limit).

@@ -359,14 +359,20 @@ def _tool_choice(options: PromptOptions, specs: tuple[ToolSpec, ...], *, first: 
 
     The request's choice binds the run's first call only; later calls are free (``auto``),
     or the model could never answer after the forced call's result. ``none`` offers no tool
-    at all, so no later call exists. A choice the offered tools cannot meet is refused
-    before any model call, as the upstream would refuse it.
+    at all, so no later call exists. ``required`` from a client that brought tools of its
+    own means one of those (it cannot see the agent's; a call of one would be run here and
+    answered, and the client would get no call at all): that call offers only the client's.
+    A choice the offered tools cannot meet is refused before any model call, as the
+    upstream would refuse it.
     """
     choice = options.tool_choice
     if choice is None or choice.mode == "auto" or not first:
         return specs, None
     if choice.mode == "none":
         return (), None
+    if choice.mode == "required" and options.client_tools:
+        own = {tool.name for tool in options.client_tools}
+        specs = tuple(spec for spec in specs if spec.name in own)
     if not specs:
         raise KernelError("invalid_request", f"tool_choice {choice.mode!r} needs tools, and the run offers none")
     if choice.mode == "tool" and choice.name not in {spec.name for spec in specs}:

@@ -109,6 +109,24 @@ async def test_echo_runs_a_required_agent_tool_then_answers_in_the_format() -> N
     assert answer == {"name": "", "age": 18, "tags": ["", ""]}
 
 
+async def test_required_with_client_tools_offers_only_those_on_the_first_call() -> None:
+    """The client cannot see the agent's tools: "required" must end in a call it gets back."""
+    provider = ScriptedProvider([tool_turn("lookup", '{"q": "ab"}', call_id="cli"), text_turn("done")])
+    async with running_kernel(provider, tools=[CLOCK]) as kernel:
+        sub = (await kernel.session("s")).hub.subscribe()
+        options = m.PromptOptions(tool_choice=m.ToolChoice(mode="required"), client_tools=(LOOKUP,))
+        await prompt(kernel, "s", "q", options=options)
+        events = await run_events(sub)
+        assert [t.name for t in provider.requests[0].tools] == ["lookup"]
+        assert provider.requests[0].tool_choice == m.ToolChoice(mode="required")
+        finished = events[-1]
+        assert isinstance(finished, m.RunFinished) and finished.stop_reason == "tool_calls"
+        await kernel.execute(m.SaveHistory(session_id="s", messages=(m.Message(role="tool", tool_call_id="cli", name="lookup", content="42"),)))
+        await kernel.execute(m.Continue(session_id="s", request_id="c", options=m.PromptOptions(client_tools=(LOOKUP,))))
+        await run_events(sub)
+    assert {t.name for t in provider.requests[1].tools} == {"clock", "lookup"}  # the next run is free again
+
+
 async def test_echo_json_object_answers_the_prompt_as_an_object() -> None:
     request = ProviderRequest(model="echo", messages=(m.Message(role="user", content="hi there"),), output_format=m.OutputFormat(type="json_object"))
     text = "".join([c.text async for c in EchoProvider().stream(request) if hasattr(c, "text")])

@@ -107,8 +107,9 @@ async def test_langchain_function_calling_structured_output_forces_the_schema_to
     ("choice", "upstream_choice", "agent_tools"),
     [
         ("get_weather", {"type": "function", "function": {"name": "get_weather"}}, ("*",)),
-        # "required" may be met by any tool the run offers: the agent's own ones too (the gateway
-        # would run it and answer), so here the agent has none and the client's is the one.
+        # "required" from a client with tools of its own: one of those, though the agent has
+        # tools too (the client could not see a call of the agent's).
+        ("any", "required", ("*",)),
         ("any", "required", ()),
     ],
 )
@@ -121,7 +122,8 @@ async def test_langchain_bind_tools_with_tool_choice(choice: str, upstream_choic
     assert call["name"] == "get_weather"
     jsonschema.validate(call["args"], get_weather.tool_call_schema.model_json_schema())
     assert upstream.requests[0]["tool_choice"] == upstream_choice
-    assert [t["function"]["name"] for t in upstream.requests[0]["tools"]] == [*(["add"] if agent_tools else []), "get_weather"]
+    offered = [t["function"]["name"] for t in upstream.requests[0]["tools"]]
+    assert offered == (["get_weather"] if choice == "any" else ["add", "get_weather"])
     assert len(upstream.requests) == 1
 
 
