@@ -86,7 +86,7 @@ class HttpApp:
         OpenAIApi(kernel, keepalive_s=config.sse_keepalive_s, run_timeout_s=config.run_timeout_s, policy=policy).register(self.openai)
         ResponsesApi(
             kernel, keepalive_s=config.sse_keepalive_s, run_timeout_s=config.run_timeout_s, policy=policy,
-            stored=ResponseStore(config.stored_responses, config.stored_responses_bytes),
+            stored=ResponseStore(config.stored_responses, config.stored_responses_bytes), signing_key=signing_key(self.openai.token),
         ).register(self.openai)
         self.anthropic = Router(router_config, error_body=anthropic_codec.anthropic_error_body, cors=cors, limiter=limiter, keys=keys, transport=name)
         AnthropicApi(
