@@ -29,6 +29,7 @@ from transports.http.console import hosted_console
 from .banner import Launch, Started, banner_text
 
 if TYPE_CHECKING:
+    from plugins.a2a.source import A2AAgents
     from plugins.mcp.source import McpServers
 
 log = logging.getLogger("gateway")
@@ -139,12 +140,27 @@ async def start_mcp_servers(group: TaskGroup, settings: Settings) -> McpServers 
     return servers
 
 
+async def start_a2a_agents(group: TaskGroup, settings: Settings) -> A2AAgents | None:
+    """Read the cards of the configured remote A2A agents (``[[tools.a2a]]``) in ``group``;
+    an agent whose card cannot be read is still offered (read again at use). The a2a SDK is
+    loaded only when agents are configured."""
+    if not settings.tools.a2a:
+        return None
+    from plugins.a2a.source import A2AAgents
+
+    agents = A2AAgents(settings.tools.a2a)
+    await group.start(agents.run)
+    return agents
+
+
 async def serve(settings: Settings, registry: Registry, configs: dict[str, Any], *, launch: Launch | None = None) -> None:
     """Serve the transports (name -> config, see :func:`transport_configs`) until stopped;
     with ``launch``, print the start-up banner on stderr once they are all ready."""
     async with anyio.create_task_group() as services:
         servers = await start_mcp_servers(services, settings)
         sources: tuple[ToolSource, ...] = servers.sources if servers is not None else ()
+        agents = await start_a2a_agents(services, settings)
+        sources += agents.sources if agents is not None else ()
         kernel = build_kernel(settings, registry, tool_sources=sources)
         async with kernel:
             log.info(describe_provider(kernel))
@@ -176,6 +192,11 @@ async def installed_tools(settings: Settings, registry: Registry) -> tuple[list[
         if servers is not None:
             found += [(f"mcp {source.name}", tool) for source in servers.sources for tool in source.tools()]
             failures = dict(servers.failures)
+        agents = await start_a2a_agents(services, settings)
+        if agents is not None:  # offered even when the card could not be read (it is read again at use)
+            for agent in agents.sources:
+                origin = f"a2a {agent.name}" + (f" (card not read: {agent.failure})" if agent.failure else "")
+                found += [(origin, tool) for tool in agent.tools()]
         services.cancel_scope.cancel()
     return found, failures
 

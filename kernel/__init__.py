@@ -52,6 +52,7 @@ _EXPORTS: dict[str, str] = {
     "AgentSettings": ".settings",
     "ClusterSettings": ".settings",
     "McpServerSettings": ".settings",
+    "A2AAgentSettings": ".settings",
     "Cluster": ".cluster",
     "OpenAISettings": ".settings",
     "SECRET_KEYS": ".settings",
@@ -160,6 +161,7 @@ if TYPE_CHECKING:
     from .settings import SECRET_KEYS as SECRET_KEYS
     from .settings import AgentSettings as AgentSettings
     from .settings import ClusterSettings as ClusterSettings
+    from .settings import A2AAgentSettings as A2AAgentSettings
     from .settings import McpServerSettings as McpServerSettings
     from .settings import OpenAISettings as OpenAISettings
     from .settings import Settings as Settings

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .settings import AgentSettings, Settings
     from .state import SessionMachine
     from .store import Store
-    from .tools import Tool, ToolExecution
+    from .tools import Tool, ToolExecution, ToolProgressSink, ToolQuestion
 
 
 class ToolScope(Protocol):
@@ -67,7 +67,8 @@ class SessionHost(Protocol):
     def agent_info(self, agent: AgentSettings) -> AgentInfo: ...
 
     async def invoke_tool(
-        self, tool: Tool, arguments: dict[str, Any], session: ToolScope | None, *, call_id: str | None = None
+        self, tool: Tool, arguments: dict[str, Any], session: ToolScope | None, *, call_id: str | None = None,
+        progress: ToolProgressSink | None = None, ask: ToolQuestion | None = None,
     ) -> ToolExecution: ...
 
 

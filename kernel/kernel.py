@@ -37,7 +37,7 @@ from .session import Session
 from .settings import AgentSettings, Settings, mask_secrets, to_data
 from .state import Answer
 from .store import SessionRecord, SQLiteStore, Store
-from .tools import Tool, ToolContext, ToolExecution, invoke
+from .tools import Tool, ToolContext, ToolExecution, ToolProgressSink, ToolQuestion, invoke
 
 log = logging.getLogger("gateway.kernel")
 
@@ -275,7 +275,10 @@ class Kernel:
         """The default file access of tools: the configured workspace on disk."""
         return WorkspaceFiles(self.settings.tools.workspace, max_bytes=self.settings.tools.file_max_bytes)
 
-    async def invoke_tool(self, tool: Tool, arguments: dict[str, Any], session: ToolScope | None, *, call_id: str | None = None) -> ToolExecution:
+    async def invoke_tool(
+        self, tool: Tool, arguments: dict[str, Any], session: ToolScope | None, *, call_id: str | None = None,
+        progress: ToolProgressSink | None = None, ask: ToolQuestion | None = None,
+    ) -> ToolExecution:
         context = ToolContext(
             session_id=session.id if session is not None else "",
             agent_id=(session.agent if session is not None else self.agent(None)).agent_id(),
@@ -283,6 +286,8 @@ class Kernel:
             files=session.files if session is not None and session.files is not None else self.workspace_files(),
             store=self.store,
             call_id=call_id,
+            progress=progress,
+            ask=ask,
         )
         return await invoke(tool, arguments, context, self.settings.tools.timeout_s)
 

@@ -620,6 +620,15 @@ class ToolResult(RunEvent, frozen=True, tag="tool_result"):
     rejected: bool = False
 
 
+class ToolProgress(RunEvent, frozen=True, tag="tool_progress"):
+    """A running tool's progress (a remote A2A agent's answer as it streams), for the dialects
+    that can show it; the model sees only the tool's result."""
+
+    call_id: str
+    name: str
+    text: str
+
+
 class TurnLimitReached(RunEvent, frozen=True, tag="turn_limit_reached"):
     current_turns: int
     max_turns: int
@@ -683,6 +692,7 @@ Event = (
     | ToolCallStarted
     | ToolApprovalRequested
     | ToolResult
+    | ToolProgress
     | TurnLimitReached
     | TurnStarted
     | RunFinished

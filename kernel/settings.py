@@ -107,6 +107,21 @@ class McpServerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
 MCP_SERVER_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_)){0,31}$")
 
 
+class A2AAgentSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One ``[[tools.a2a]]`` table: a remote A2A agent the model may ask (docs/a2a.md).
+
+    ``url`` is the base its agent card is read from (``/.well-known/agent-card.json``), with
+    ``headers`` (credentials) on every request; the agent becomes one tool ``NAME__ask``, each
+    call needing approval unless ``require_approval`` is false; ``timeout_s`` bounds one call.
+    """
+
+    name: str
+    url: str
+    headers: dict[str, str] = {}
+    require_approval: bool = True
+    timeout_s: float = 300.0
+
+
 class ToolSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     workspace: str = "."
     file_max_bytes: int = 1_048_576
@@ -115,6 +130,8 @@ class ToolSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     limits: dict[str, int] = msgspec.field(default_factory=lambda: dict(DEFAULT_TOOL_LIMITS))
     # [[tools.mcp]]: MCP servers started with the gateway, their tools offered to every session.
     mcp: list[McpServerSettings] = []
+    # [[tools.a2a]]: remote A2A agents, each offered to every session as one tool NAME__ask.
+    a2a: list[A2AAgentSettings] = []
 
 
 class StoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -297,11 +314,28 @@ def validate(data: dict[str, Any]) -> Settings:
         if getattr(settings.session, field) < 1:
             problems.append(f"session.{field} must be >= 1")
     problems += _mcp_problems(settings.tools.mcp)
+    problems += _a2a_problems(settings.tools.a2a)
     if settings.drain_s < 0:
         problems.append("drain_s must be >= 0")
     if problems:
         raise KernelError("invalid_request", "invalid settings: " + "; ".join(problems))
     return settings
+
+
+def _a2a_problems(agents: list[A2AAgentSettings]) -> list[str]:
+    problems: list[str] = []
+    names = [agent.name for agent in agents]
+    for duplicate in sorted({name for name in names if names.count(name) > 1}):
+        problems.append(f"tools.a2a: the name {duplicate!r} is used twice")
+    for agent in agents:
+        where = f"tools.a2a {agent.name!r}"
+        if not MCP_SERVER_NAME.match(agent.name):
+            problems.append(f"{where}: a name is 1-32 letters, digits, '-' or single '_' (it names the tool: NAME__ask)")
+        if not agent.url.startswith(("http://", "https://")):
+            problems.append(f"{where}: url must be http:// or https://")
+        if agent.timeout_s <= 0:
+            problems.append(f"{where}: timeout_s must be > 0")
+    return problems
 
 
 def _mcp_problems(servers: list[McpServerSettings]) -> list[str]:

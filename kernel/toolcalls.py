@@ -12,6 +12,7 @@ ended travels as data (:data:`~kernel.model.ToolOutcome`) on the event and the m
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
@@ -24,6 +25,7 @@ from .model import (
     ToolApprovalRequested,
     ToolCall,
     ToolCallStarted,
+    ToolProgress,
     ToolResult,
 )
 from .provider import ToolSpec
@@ -164,19 +166,37 @@ class ToolRunner:
         observers.tool_call_started(facts, tool.name, call.id)
         started, outcome = time.perf_counter(), "interrupted"
         try:
-            done = await self.session.host.invoke_tool(tool, arguments, self.session, call_id=call.id)
+            done = await self.session.host.invoke_tool(
+                tool, arguments, self.session, call_id=call.id, progress=self._progress_of(call), ask=self._question_of(tool, call)
+            )
             outcome = done.outcome
         finally:
             observers.tool_call_ended(facts, tool.name, call.id, outcome, time.perf_counter() - started)
         return done
 
-    async def _ask(self, tool: Tool, call: ToolCall) -> tuple[bool, str | None]:
+    def _progress_of(self, call: ToolCall) -> Callable[[str], Awaitable[None]]:
+        async def progress(text: str) -> None:
+            if text:
+                await self.session.emit(ToolProgress(**self.ids, call_id=call.id, name=call.name, text=text))
+
+        return progress
+
+    def _question_of(self, tool: Tool, call: ToolCall) -> Callable[[str], Awaitable[tuple[bool, str | None]]]:
+        """A running tool's own question (a remote agent asking for input): put to the user
+        as an approval of this call, its description the question."""
+
+        async def ask(question: str) -> tuple[bool, str | None]:
+            return await self._ask(tool, call, question)
+
+        return ask
+
+    async def _ask(self, tool: Tool, call: ToolCall, question: str | None = None) -> tuple[bool, str | None]:
         session = self.session
         timeout = session.approval_timeout_s
         if timeout is None:
             timeout = session.host.settings.session.approval_timeout_s
         asked = ToolApprovalRequested(
-            **self.ids, call_id=call.id, name=call.name, arguments=call.arguments, description=tool.description, timeout_s=timeout
+            **self.ids, call_id=call.id, name=call.name, arguments=call.arguments, description=question or tool.description, timeout_s=timeout
         )
         observers = session.host.observers
         observers.question_asked(self.active.facts, "tool_approval")
@@ -184,7 +204,7 @@ class ToolRunner:
         observers.question_answered(self.active.facts, "tool_approval", "timed_out" if answer.timed_out else "approved" if answer.yes else "rejected")
         if answer.timed_out:
             return False, "approval timed out"
-        if answer.remember:
+        if answer.remember and question is None:  # "always" is about running the tool, not its questions
             session.remembered[tool.name] = answer.yes
         return answer.yes, answer.reason
 

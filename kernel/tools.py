@@ -30,6 +30,12 @@ class ToolFailure(Exception):
     """Raised by a tool for an expected failure; the model sees the message as the result."""
 
 
+#: How a tool reports progress: a piece of text to show (a remote agent's answer so far).
+ToolProgressSink = Callable[[str], Awaitable[None]]
+#: How a tool asks the user: the question -> (approved, the user's reply if any).
+ToolQuestion = Callable[[str], Awaitable[tuple[bool, str | None]]]
+
+
 class ToolContext(msgspec.Struct, kw_only=True):
     session_id: str
     agent_id: str
@@ -39,6 +45,11 @@ class ToolContext(msgspec.Struct, kw_only=True):
     # The model's id of the call being run (None for a client's direct ``execute_tool``), so
     # a tool that shows progress elsewhere (ACP's editor terminal) can point at its call.
     call_id: str | None = None
+    # Within a run (None for a direct ``execute_tool``): report progress as a ``tool_progress``
+    # event, and ask the user a question as a ``tool_approval_requested`` on this call —
+    # answered (approved, the user's reason as their reply) or declined like any approval.
+    progress: ToolProgressSink | None = None
+    ask: ToolQuestion | None = None
 
 
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[str]]

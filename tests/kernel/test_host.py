@@ -54,10 +54,12 @@ class FakeHost:
     def agent_info(self, agent: AgentSettings) -> m.AgentInfo:
         return m.AgentInfo(id=agent.agent_id(), name=agent.name, provider="fake", model="fake-model")
 
-    async def invoke_tool(self, tool: Tool, arguments: dict[str, Any], session: ToolScope | None, *, call_id: str | None = None) -> ToolExecution:
+    async def invoke_tool(
+        self, tool: Tool, arguments: dict[str, Any], session: ToolScope | None, *, call_id: str | None = None, progress: Any = None, ask: Any = None
+    ) -> ToolExecution:
         self.invoked.append((tool.name, session.id if session is not None else None, call_id))
         files = WorkspaceFiles(self.settings.tools.workspace)
-        context = ToolContext(session_id=session.id if session else "", agent_id="a", workspace=files.root, files=files, call_id=call_id)
+        context = ToolContext(session_id=session.id if session else "", agent_id="a", workspace=files.root, files=files, call_id=call_id, progress=progress, ask=ask)
         return await invoke(tool, arguments, context, timeout_s=5)
 
 

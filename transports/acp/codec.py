@@ -398,6 +398,7 @@ class SessionStream:
         self._open: dict[str, None] = {}  # tool calls started and not ended, in order
         self._plans: dict[str, tuple[PlanEntry, ...]] = {}  # call id -> the plan it proposes
         self._terminals: dict[str, str] = {}  # call id -> the terminal shown in it
+        self._progress: dict[str, list[str]] = {}  # call id -> the progress a running tool reported
 
     def message_id(self, run_id: str) -> str:
         return f"{run_id}-{self._calls.get(run_id, 0)}"
@@ -431,8 +432,14 @@ class SessionStream:
                 if event.name == PLAN_TOOL and (plan := plan_entries(event.arguments)) is not None:
                     self._plans[event.call_id] = plan
                 self._open[event.call_id] = None
+            elif isinstance(event, m.ToolProgress):
+                # An update replaces a call's content: it carries all the progress so far.
+                shown = self._progress.setdefault(event.call_id, [])
+                shown.append(event.text)
+                out.append(ToolCallProgress(tool_call_id=event.call_id, status="in_progress", content=(ToolContent(Text("".join(shown))),)))
             elif isinstance(event, m.ToolResult):
                 self._open.pop(event.call_id, None)
+                self._progress.pop(event.call_id, None)
                 out.append(tool_done(event.call_id, event.result, event.outcome != "ok", self._terminals.get(event.call_id)))
                 plan = self._plans.pop(event.call_id, None)
                 if plan is not None and event.outcome == "ok":
