@@ -123,7 +123,7 @@ class AnthropicApi:
                 log.info("anthropic: server tool %r is not offered to the model (the gateway cannot run it)", name)
 
     async def _unanswered(self, run: RunFollower, why: Unanswered, request_id: str) -> Response:
-        await run.interrupt()
+        await run.interrupt("client" if why == "gone" else "timeout")
         return _error(codec.client_gone() if why == "gone" else codec.run_timeout(self.run_timeout_s), request_id)
 
     async def _complete(self, request: Request, run: RunFollower, plan: MessagesPlan, message_id: str, request_id: str) -> Response:

@@ -321,3 +321,19 @@ async def test_an_api_key_as_x_api_key_is_its_principal() -> None:
         assert allowed.status_code == 200 and allowed.json()["content"][0]["text"] == "keyed"
         assert refused.status_code == 403 and refused.json()["error"]["type"] == "permission_error"
         assert refused.headers["x-should-retry"] == "false"
+
+
+async def test_a_run_past_run_timeout_is_a_timeout_error() -> None:
+    provider = ScriptedProvider([text_turn("late")], delay_s=30)
+    async with gateway(provider, run_timeout_s=0.3) as (kernel, _, sdk):
+        with pytest.raises(anthropic.APIStatusError) as whole:
+            await sdk.messages.create(model=AGENT, max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+        with pytest.raises(anthropic.APIStatusError) as streamed:  # no output yet: the real status
+            async with sdk.messages.stream(model=AGENT, max_tokens=10, messages=[{"role": "user", "content": "hi"}]) as stream:
+                await stream.get_final_message()
+        for caught in (whole, streamed):
+            assert caught.value.status_code == 504 and caught.value.body["error"]["type"] == "timeout_error"  # type: ignore[index]
+            assert caught.value.response.headers["x-should-retry"] == "true"
+        with anyio.fail_after(10):  # both runs were interrupted and their sessions deleted
+            while kernel.sessions or provider.closed_streams < 2:
+                await anyio.sleep(0.01)
