@@ -13,6 +13,8 @@ from typing import Any
 
 import pydantic
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from openai.types.responses import Response, ResponseStreamEvent
 
 from kernel import model as m
@@ -250,3 +252,40 @@ def test_item_references_resolve_to_stored_items() -> None:
 def test_a_free_form_tool_can_be_forced() -> None:
     p = plan({"input": "patch it", "tools": [APPLY_PATCH], "tool_choice": {"type": "custom", "name": "apply_patch"}})
     assert p.options.tool_choice == m.ToolChoice(mode="tool", name="apply_patch")
+
+
+TARGETS = {"lookup": ToolTarget(name="lookup"), "ns__f": ToolTarget(name="f", namespace="ns"), "free": ToolTarget(name="free", custom=True)}
+fuzz_events = st.one_of(
+    st.builds(lambda t: m.TextDelta(**RUN, text=t), st.text(max_size=6)),
+    st.builds(lambda t: m.ReasoningDelta(**RUN, text=t), st.text(max_size=6)),
+    st.builds(
+        lambda i, n, a: m.ToolCallStarted(**RUN, call_id=f"c{i}", name=n, arguments=a),
+        st.integers(0, 3), st.sampled_from([*TARGETS, "agent_tool"]), st.sampled_from(["{}", '{"input": "x y"}', "raw", '{"input": 3}']),
+    ),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(fuzz_events, max_size=10), st.booleans())
+def test_fuzz_client_calls_come_back_under_the_clients_names(events: list[m.Event], sealed: bool) -> None:
+    echo = codec.Echo(sealed_reasoning=sealed)
+    b = codec.ResponseBuilder(response_id="resp_1", created_at=1, model="Helper", echo=echo, client_tools=TARGETS, conversation_id=None, seal_key=KEY)
+    frames = [*b.opening()]
+    for event in events:
+        frames += b.feed(event)
+    frames += b.finish(m.RunFinished(**RUN, text=""), completed_at=2)
+    checked(frames)
+    final = Response.model_validate(json.loads(codec.encode(b.final)))  # type: ignore[arg-type]
+    client_calls = [e for e in events if isinstance(e, m.ToolCallStarted) and e.name in TARGETS]
+    first: dict[str, m.ToolCallStarted] = {}
+    for call in client_calls:
+        first.setdefault(call.call_id, call)  # a call id is answered once
+    out = [item for item in final.output if item.type in ("function_call", "custom_tool_call")]
+    assert [item.call_id for item in out] == list(first)
+    for item in out:
+        target = TARGETS[first[item.call_id].name]
+        assert (item.name, item.namespace, item.type == "custom_tool_call") == (target.name, target.namespace, target.custom)
+    for item in final.output:
+        if item.type == "reasoning":
+            assert (item.encrypted_content is not None) == sealed
+            assert item.encrypted_content is None or unseal(KEY, item.encrypted_content) == item.summary[0].text

@@ -230,15 +230,28 @@ parts = st.one_of(
 contents = st.one_of(texts, st.lists(parts, max_size=3))
 items = st.one_of(
     st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "developer", "assistant", "tool"]), "content": contents}, optional={"type": st.just("message")}),
-    st.fixed_dictionaries({"type": st.just("function_call"), "call_id": texts, "name": texts}, optional={"arguments": texts}),
-    st.fixed_dictionaries({"type": st.just("function_call_output"), "call_id": texts, "output": contents}),
-    st.fixed_dictionaries({"type": st.sampled_from(["reasoning", "item_reference", "web_search_call"])}),
+    st.fixed_dictionaries({"type": st.just("function_call"), "call_id": texts, "name": texts}, optional={"arguments": texts, "namespace": texts}),
+    st.fixed_dictionaries({"type": st.just("custom_tool_call"), "call_id": texts, "name": texts}, optional={"input": texts, "namespace": texts}),
+    st.fixed_dictionaries({"type": st.sampled_from(["function_call_output", "custom_tool_call_output"]), "call_id": texts, "output": contents}),
+    st.fixed_dictionaries({"type": st.just("reasoning")}, optional={"encrypted_content": st.one_of(texts, st.integers()), "summary": st.just([])}),
+    st.fixed_dictionaries({"type": st.just("item_reference")}, optional={"id": st.sampled_from(["msg_known", "msg_other", "fc_known"])}),
+    st.fixed_dictionaries({"type": st.sampled_from(["web_search_call", "computer_call_output"])}),
 )
+tool_defs = st.one_of(
+    st.fixed_dictionaries({"type": st.sampled_from(["function", "custom", "web_search", "mcp"]), "name": st.from_regex(r"[a-z ]{0,4}", fullmatch=True)}),
+    st.fixed_dictionaries({"type": st.just("namespace"), "name": st.from_regex(r"[a-z_]{0,4}", fullmatch=True), "tools": st.lists(
+        st.fixed_dictionaries({"type": st.sampled_from(["function", "custom", "web_search"]), "name": st.from_regex(r"[a-z_]{0,4}", fullmatch=True)}), max_size=2,
+    )}),
+)
+REFERENCES = {
+    "msg_known": {"type": "message", "id": "msg_known", "role": "assistant", "status": "completed", "content": [{"type": "output_text", "text": "hi"}]},
+    "fc_known": {"type": "function_call", "id": "fc_known", "call_id": "a", "name": "f", "arguments": "{}", "namespace": "ns"},
+}
 bodies = st.fixed_dictionaries(
     {"input": st.one_of(texts, st.lists(items, max_size=5))},
     optional={
         "model": st.sampled_from(["", "Helper", "id-2", "gpt-x", "default"]),
-        "tools": st.lists(st.fixed_dictionaries({"type": st.sampled_from(["function", "web_search"]), "name": st.from_regex(r"[a-z ]{0,4}", fullmatch=True)}), max_size=2),
+        "tools": st.lists(tool_defs, max_size=3), "include": st.just(["reasoning.encrypted_content"]),
         "tool_choice": st.sampled_from(["none", "auto", "required"]), "store": st.booleans(), "stream": st.booleans(),
         "max_output_tokens": st.integers(-1, 5), "temperature": st.floats(-1, 3), "background": st.booleans(),
         "previous_response_id": texts, "conversation": st.one_of(texts, st.fixed_dictionaries({"id": texts})),
@@ -254,7 +267,7 @@ def test_fuzz_request_codec_never_raises(raw: bytes) -> None:
     if isinstance(request, OpenAIError):
         assert request.status == 400
         return
-    result = codec.plan_response(request, AGENTS, context_limit=10, known_calls={"a": "f"})
+    result = codec.plan_response(request, AGENTS, context_limit=10, known_calls={"a": "f"}, references=REFERENCES)
     if isinstance(result, OpenAIError):
         assert result.status == 400 and set(result.body()["error"]) == {"message", "type", "param", "code"}
         return
