@@ -337,3 +337,20 @@ async def test_a_run_past_run_timeout_is_a_timeout_error() -> None:
         with anyio.fail_after(10):  # both runs were interrupted and their sessions deleted
             while kernel.sessions or provider.closed_streams < 2:
                 await anyio.sleep(0.01)
+
+
+async def test_draining_refuses_new_runs_529_and_cuts_the_rest_with_an_error_event() -> None:
+    provider = ScriptedProvider([text_turn(*[f"w{i} " for i in range(300)])], delay_s=0.01)
+    async with gateway(provider) as (kernel, _, sdk):
+        seen: list[str] = []
+        with pytest.raises(anthropic.APIStatusError) as cut:
+            async with sdk.messages.stream(model=AGENT, max_tokens=500, messages=[{"role": "user", "content": "hi"}]) as stream:
+                async for event in stream:
+                    seen.append(event.type)
+                    if seen.count("content_block_delta") == 1 and event.type == "content_block_delta":
+                        await kernel.drain(0.0)  # SIGTERM's drain with no grace: the run in flight is interrupted
+        assert "draining" in str(cut.value) and "message_stop" not in seen
+        with pytest.raises(anthropic.APIStatusError) as refused:
+            await sdk.messages.create(model=AGENT, max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+        assert refused.value.status_code == 529 and refused.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
+        assert refused.value.response.headers["x-should-retry"] == "true" and refused.value.response.headers["retry-after"] == "1"
