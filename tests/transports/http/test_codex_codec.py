@@ -289,3 +289,13 @@ def test_fuzz_client_calls_come_back_under_the_clients_names(events: list[m.Even
         if item.type == "reasoning":
             assert (item.encrypted_content is not None) == sealed
             assert item.encrypted_content is None or unseal(KEY, item.encrypted_content) == item.summary[0].text
+
+
+def test_the_fields_codex_and_newer_clients_add_are_accepted() -> None:
+    extra = {
+        "text": {"verbosity": "low"}, "reasoning": {"effort": "high", "summary": "detailed"}, "service_tier": "auto",
+        "prompt_cache_key": "k", "safety_identifier": "u1", "stream_options": {"include_obfuscation": False},
+        "client_metadata": {"x-codex-turn-metadata": "{}"}, "top_logprobs": 0, "max_tool_calls": 4,
+    }
+    p = plan({**CODEX_FIRST, **extra})
+    assert p.options.output_format is None and p.echo.text == {"verbosity": "low"} and p.echo.reasoning == extra["reasoning"]
