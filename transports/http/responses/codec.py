@@ -1,13 +1,15 @@
 """Sans-IO codec of the OpenAI Responses API (``/v1/responses``).
 
 In: a request body -> a :class:`ResponsePlan`: which agent, the input items as kernel
-history (messages, the client's ``function_call`` items and their
-``function_call_output`` results), the last user message as the prompt or, when the
-input ends with function results, a continuation; per-request options with the
-client's function tools. Out: one run's kernel events -> a :class:`ResponseBuilder`
-that yields the typed stream events (each with the next ``sequence_number``) and the
-``response`` object with its output items. Errors have OpenAI's shape, shared with
-the chat-completions dialect. Pure; never raises on input.
+history (messages, the client's ``function_call`` / ``custom_tool_call`` items and their
+outputs, ``item_reference`` s resolved to stored items), the last user message as the
+prompt or, when the input ends with tool results, a continuation; per-request options with
+the client's tools as the model sees them (``tools.py``: namespaces, free-form tools,
+hosted tools left out). Out: one run's kernel events -> a :class:`ResponseBuilder` that
+yields the typed stream events (each with the next ``sequence_number``) and the
+``response`` object with its output items, calls under the client's own tool names and
+reasoning sealed (``sealed.py``) when asked. Errors have OpenAI's shape, shared with the
+chat-completions dialect. Pure; never raises on input.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from kernel import JsonDecoder
+from kernel import JsonDecoder, message_from_parts
 from kernel import model as m
 
 from ..openai.codec import bad_request, data_url, invalid_field, output_format, resolve_model, tool_choice
@@ -276,10 +278,8 @@ def _conversation(items: list[dict[str, Any]], calls: dict[str, str], replay: _R
                     if len(texts) != len(parts):
                         return bad_request("Assistant messages may only contain text.", param=f"{where}.content")
                     turns.append(m.Message(role="assistant", content="".join(texts)))
-                elif len(texts) == len(parts):
-                    turns.append(m.Message(role="user", content="\n".join(texts)))
                 else:
-                    turns.append(m.Message(role="user", parts=parts))
+                    turns.append(message_from_parts(parts))
             elif kind == "function_call":
                 call = msgspec.convert(item, w.FunctionCallItem)
                 name = replay.tools.model_name(call.name, call.namespace)
