@@ -126,7 +126,13 @@ def plan_run(request: wire.RunAgentInput, history: Sequence[m.Message], *, agent
     if isinstance(converted, AguiError):
         return converted
     system, turns = converted
-    options = m.PromptOptions(system_prompt=_system_prompt(agent_prompt, system, request.context), client_tools=tools)
+    demands = _forwarded(request.forwarded_props)
+    if isinstance(demands, AguiError):
+        return demands
+    options = m.PromptOptions(
+        system_prompt=_system_prompt(agent_prompt, system, request.context), client_tools=tools,
+        output_format=demands.output_format, tool_choice=demands.tool_choice, parallel_tool_calls=demands.parallel_tool_calls,
+    )
     # The tail: the trailing user turns (a prompt), or the trailing tool results (answers).
     tail_start = len(turns)
     last_role = turns[-1][1].role if turns else None
@@ -171,6 +177,17 @@ def _client_tools(tools: Sequence[wire.Tool]) -> tuple[m.ClientTool, ...] | Agui
             return bad_request(f"tools[{i}].parameters must be a JSON schema object.")
         specs.append(m.ClientTool(name=tool.name, description=tool.description, parameters=parameters))
     return tuple(specs)
+
+
+def _forwarded(props: Any) -> wire.ForwardedDemands | AguiError:
+    """Structured output and tool use asked for in ``forwardedProps`` (other keys ignored)."""
+    if not isinstance(props, dict):
+        return wire.ForwardedDemands()
+    known = {key: props[key] for key in ("outputFormat", "toolChoice", "parallelToolCalls") if key in props}
+    try:
+        return msgspec.convert(known, wire.ForwardedDemands)
+    except msgspec.ValidationError as exc:
+        return bad_request(f"Invalid forwardedProps: {exc}")
 
 
 def _system_prompt(agent_prompt: str, system: list[str], context: Sequence[wire.Context]) -> str | None:

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from kernel import model as m
+
 #: The protocol version the gateway speaks (``RUN_STARTED.protocolVersion``).
 PROTOCOL_VERSION = "1.0"
 
@@ -164,6 +166,17 @@ class ResumeEntry(_Shape):
     interrupt_id: str
     status: Literal["resolved", "cancelled"]
     payload: Any = None
+
+
+class ForwardedDemands(_Shape):
+    """What the gateway reads of ``forwardedProps`` (AG-UI leaves its content to the agent):
+    structured output and tool use for the run, in the kernel's own shapes
+    (``{"outputFormat": {"type": "json_schema", "name", "schema", "strict"}, "toolChoice":
+    {"mode": "tool", "name"}, "parallelToolCalls": false}``); other keys are the client's."""
+
+    output_format: m.OutputFormat | None = None
+    tool_choice: m.ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
 
 
 class RunAgentInput(_Shape):
