@@ -20,9 +20,10 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from kernel import Cluster, Kernel, Settings, SQLiteStore, Store, Tool
+from kernel import LOG_RING, Cluster, Kernel, Settings, SQLiteStore, Store, Tool
 from kernel.model import ToolSource
 from plugins.manager import BUILTIN_PLUGINS, Registry, load_plugins
+from plugins.telemetry.logs import JsonFormatter
 from transports.base import config_type, load_config
 from transports.http.console import hosted_console
 
@@ -258,12 +259,14 @@ async def _stop_now(kernel: Kernel) -> None:
         await kernel.wait_idle(5.0)
 
 
-def setup_logging(level: str) -> None:
-    """Logs go to stderr only: in stdio mode stdout carries protocol alone."""
+def setup_logging(level: str, log_format: str = "text") -> None:
+    """Logs go to stderr only: in stdio mode stdout carries protocol alone. ``json``: one
+    JSON object per line (docs/operations.md "Logs"). The same records go to the kernel's
+    ring of recent ones, which the console and OpenFang's logs page show."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [handler, LOG_RING]
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
     # openai 3.x brings its own HTTP stack under other names (httpx2, httpcore2).
     for noisy in ("hypercorn.access", "httpx", "httpcore", "httpx2", "httpcore2", "openai"):

@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--db", metavar="PATH", help="the SQLite store (default from the config)")
     serve.add_argument("--quiet", "-q", action="store_true", help="no start-up banner (the addresses to connect to) on stderr")
     serve.add_argument(
+        "--log-format", choices=("text", "json"), help="stderr logs as text, or one JSON object per line (default: log_format of the config)"
+    )
+    serve.add_argument(
         "--set", "-o", action="append", default=[], metavar="TRANSPORT.KEY=VALUE",
         help="override one transport setting, e.g. openfang.coalesce_ms=0 (value parsed as JSON when it can be)",
     )
@@ -127,7 +130,9 @@ def _report_problems(registry: app.Registry) -> None:
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
-    app.setup_logging(settings.log_level)
+    if args.log_format is not None:
+        settings.log_format = args.log_format
+    app.setup_logging(settings.log_level, settings.log_format)
     if args.db:
         settings.store.path = args.db
     overrides: dict[str, Any] = {}

@@ -91,6 +91,12 @@ _EXPORTS: dict[str, str] = {
     # API keys and their storage (kernel/keys.py, docs/security.md).
     "KeyRecord": ".keys",
     "KeyView": ".keys",
+    "RecentRuns": ".observe",
+    "RunRecord": ".observe",
+    "LOG_RING": ".logs",
+    "LogRing": ".logs",
+    "log_fields": ".logs",
+    "iso_ts": ".logs",
     "Keyring": ".keys",
     "KEY_COLUMNS": ".store",
     "KEY_USAGE_SQL": ".store",
@@ -143,6 +149,10 @@ if TYPE_CHECKING:
     from .observe import ObserverFactory as ObserverFactory
     from .observe import Observers as Observers
     from .observe import RunFacts as RunFacts
+    from .logs import LOG_RING as LOG_RING
+    from .logs import LogRing as LogRing
+    from .logs import iso_ts as iso_ts
+    from .logs import log_fields as log_fields
     from .observe import RunObserver as RunObserver
     from .observe import RunOutcome as RunOutcome
     from .observe import current_run as current_run
@@ -154,9 +164,11 @@ if TYPE_CHECKING:
     from .provider import ProviderError as ProviderError
     from .provider import ProviderRequest as ProviderRequest
     from .provider import ReasoningChunk as ReasoningChunk
+    from .observe import RecentRuns as RecentRuns
     from .provider import TextChunk as TextChunk
     from .provider import ToolCallChunk as ToolCallChunk
     from .provider import ToolSpec as ToolSpec
+    from .observe import RunRecord as RunRecord
     from .provider import UsageChunk as UsageChunk
     from .settings import SECRET_KEYS as SECRET_KEYS
     from .settings import AgentSettings as AgentSettings

@@ -237,6 +237,10 @@ class Kernel:
     def clustered(self) -> bool:
         return self.cluster is not None
 
+    def session_states(self) -> Counter[str]:
+        """How many live sessions are in each state (idle, running, awaiting_…): for gauges."""
+        return Counter(session.state for session in self.sessions.values())
+
     def all_tools(self, session: ToolScope | None = None) -> dict[str, Tool]:
         """The registered tools, those of the kernel's tool sources, and the session's own."""
         found = dict(self.tools)

@@ -18,9 +18,12 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+import msgspec
 
 from .model import Usage
 
@@ -168,15 +171,61 @@ class Observer:
         pass
 
 
+class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One ended run, as :class:`RecentRuns` keeps it: who asked (transport), whom (agent)."""
+
+    seq: int
+    ended_at: float
+    transport: str
+    agent: str
+    session_id: str
+    run_id: str
+    outcome: RunOutcome
+    input_tokens: int = 0
+    output_tokens: int = 0
+    error_code: str | None = None
+
+
+class RecentRuns(Observer):
+    """The last ``capacity`` runs that ended, with which transport asked which agent: the
+    sessions' cross-dialect activity (OpenFang's comms page). One append per run."""
+
+    def __init__(self, capacity: int = 500) -> None:
+        self._runs: deque[RunRecord] = deque(maxlen=capacity)
+        self._seq = 0
+
+    def model_call_ended(self, run: RunFacts, call: ModelCall) -> None:
+        spent = run.slots.get("recent", (0, 0))
+        run.slots["recent"] = (spent[0] + call.usage.input_tokens, spent[1] + call.usage.output_tokens)
+
+    def run_ended(self, run: RunFacts, outcome: RunOutcome, error_code: str | None) -> None:
+        tokens_in, tokens_out = run.slots.pop("recent", (0, 0))
+        self._seq += 1
+        self._runs.append(
+            RunRecord(
+                seq=self._seq, ended_at=time.time(), transport=run.transport, agent=run.agent, session_id=run.session_id,
+                run_id=run.run_id, outcome=outcome, input_tokens=tokens_in, output_tokens=tokens_out, error_code=error_code,
+            )
+        )
+
+    def since(self, seq: int) -> list[RunRecord]:
+        """The runs that ended after ``seq``, oldest first."""
+        return [record for record in self._runs if record.seq > seq]
+
+
 class Observers(Observer):
     """The kernel's observers, each hook called on every one in order (none: nothing done).
 
     An observer that raises is logged once per hook and never breaks the run. ``metrics``
-    is the one that can render Prometheus text (for ``GET /metrics``), if any.
+    is the one that can render Prometheus text (for ``GET /metrics``), if any; ``recent``
+    the kernel's own record of the last runs (always there: a deque append per run).
     """
 
     def __init__(self, observers: Iterable[RunObserver] = ()) -> None:
-        self.all: tuple[RunObserver, ...] = tuple(observers)
+        given = tuple(observers)
+        known = next((o for o in given if isinstance(o, RecentRuns)), None)
+        self.recent = known if known is not None else RecentRuns()
+        self.all: tuple[RunObserver, ...] = given if known is not None else (self.recent, *given)
         self.metrics: MetricsExposition | None = next((o for o in self.all if isinstance(o, MetricsExposition)), None)
         self._failed: set[str] = set()
 

@@ -11,7 +11,7 @@ import re
 import tomllib
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -172,6 +172,8 @@ class AuthSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_level: str = "info"
+    # One JSON object per line on stderr for log collectors, or text for people (docs/operations.md).
+    log_format: Literal["text", "json"] = "text"
     # SIGTERM: how long runs in flight may go on while the gateway drains (docs/operations.md).
     drain_s: float = 30.0
     provider: ProviderSettings = msgspec.field(default_factory=ProviderSettings)

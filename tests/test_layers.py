@@ -42,6 +42,8 @@ KERNEL_SURFACE = frozenset(
         "commands",
         "workspace_files",
         "observers",  # telemetry: connections opened and closed, the metrics a scrape reads
+        "session_states",  # how many live sessions are in each state (the sessions gauge)
+        "all_tools",  # every tool a session can be offered (tool sources' included), read-only
         "interrupt_all",  # the composition root's shutdown
         "wait_idle",
     }

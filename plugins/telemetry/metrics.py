@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections import Counter as Tally
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -51,13 +50,14 @@ class _KernelGauges:
         self.kernel = kernel
 
     def collect(self) -> Iterator[Metric]:
-        sessions = list(self.kernel.sessions.values())
-        by_state = Tally(session.state for session in sessions)
+        by_state = self.kernel.session_states()
         family = GaugeMetricFamily("gateway_sessions", "Live (loaded) sessions by state.", labels=["state"])
         for state in sorted({*SESSION_STATES, *by_state}):
             family.add_metric([state], by_state[state])
         yield family
-        yield GaugeMetricFamily("gateway_active_runs", "Runs in progress.", value=sum(1 for s in sessions if s.active is not None))
+        # A session has a run in progress in every state but idle (and closed, on its way out).
+        active = sum(count for state, count in by_state.items() if state not in ("idle", "closed"))
+        yield GaugeMetricFamily("gateway_active_runs", "Runs in progress.", value=active)
 
 
 class PrometheusMetrics(Observer):

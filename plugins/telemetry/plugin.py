@@ -23,7 +23,14 @@ def _traces(kernel: Kernel) -> RunObserver | None:
     return tracing_observer(kernel)
 
 
+def _run_log(kernel: Kernel) -> RunObserver:
+    from .logs import RunLog
+
+    return RunLog()
+
+
 @hookimpl
 def gateway_register_observers(register: RegisterObserver) -> None:
     register("metrics", _metrics)
     register("traces", _traces)
+    register("run-log", _run_log)

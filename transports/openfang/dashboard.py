@@ -62,6 +62,7 @@ from .dashboard_codec import (
     usage_json,
     usage_summary_json,
 )
+from .dashboard_pages import DashboardPages
 from .rest import guarded
 from .sessionids import canonical_uuid
 from .state import ActiveSessions, Agents
@@ -101,6 +102,7 @@ class OpenFangDashboard:
         router.get("/api/auth/check", auth=False)(self.auth_check)
         for path, body in NOTHING_TO_SHOW.items():
             router.get(path)(_answer(body))
+        DashboardPages(self.kernel).register(router)
         if self.config.dashboard_dir:
             DashboardFiles(self.config.dashboard_dir).register(router)
 

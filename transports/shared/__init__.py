@@ -38,7 +38,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "CLOSE_GOING_AWAY", "CLOSE_INTERNAL_ERROR", "CLOSE_NORMAL", "CLOSE_POLICY_VIOLATION", "CLOSE_TOO_BIG",
         "WebSocket", "WebSocketCheck", "WsClosed", "WsEvent", "WsIdle", "WsInvalidFrame", "WsRateLimited", "WsText", "WsTooLarge",
     ),
-    "._telemetry": ("LOG_RING", "ConnectionObserver", "LogRing", "MetricsSource", "add_metrics_route", "iso_time", "stream_log_entries"),
+    "._telemetry": ("ConnectionObserver", "LogSource", "MetricsSource", "add_metrics_route", "stream_log_entries"),
     ".coalesce": ("DeltaCoalescer",),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
@@ -109,12 +109,10 @@ if TYPE_CHECKING:
     from ._tcplines import LineServerConfig as LineServerConfig
     from ._tcplines import LineSplitter as LineSplitter
     from ._tcplines import serve_lines as serve_lines
-    from ._telemetry import LOG_RING as LOG_RING
     from ._telemetry import ConnectionObserver as ConnectionObserver
-    from ._telemetry import LogRing as LogRing
+    from ._telemetry import LogSource as LogSource
     from ._telemetry import MetricsSource as MetricsSource
     from ._telemetry import add_metrics_route as add_metrics_route
-    from ._telemetry import iso_time as iso_time
     from ._telemetry import stream_log_entries as stream_log_entries
     from ._websocket import CLOSE_GOING_AWAY as CLOSE_GOING_AWAY
     from ._websocket import CLOSE_INTERNAL_ERROR as CLOSE_INTERNAL_ERROR

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernel import Kernel
+import msgspec
+
+from kernel import LOG_RING, Kernel
 from transports.shared import (
     HttpError,
     KeyResolver,
@@ -26,8 +28,10 @@ from transports.shared import (
     Router,
     ServerConfig,
     extract_token,
+    format_sse,
     resolve_principal,
     static_response,
+    stream_log_entries,
     token_cookie,
 )
 
@@ -36,6 +40,7 @@ from ..native.codec import native_error_body
 from ..native.routes import NativeApi
 
 STATIC = Path(__file__).resolve().parent / "static"
+_encode = msgspec.json.Encoder().encode
 
 #: The page runs its own module scripts and styles only, and talks to its own origin only.
 PAGE_POLICY = {
@@ -59,6 +64,12 @@ class ConsolePages:
     def register(self, router: Router) -> None:
         router.get("/", auth=False, limited=True)(self.index)
         router.get("/console/{name}", auth=False, limited=True)(self.asset)
+        router.get("/v1/logs")(self.logs)
+
+    async def logs(self, request: Request) -> None:
+        """The Logs pane's feed: the gateway's recent log records, then each new one, as SSE
+        (``id`` = the record's sequence number; the fields are those of ``log_format = "json"``)."""
+        await stream_log_entries(request, LOG_RING, lambda entry: format_sse(_encode(entry), id=str(entry["seq"])))
 
     async def index(self, request: Request) -> Response:
         if self.token is None and (self.keys is None or not await self.keys.keys_required()):

@@ -3,6 +3,7 @@
 
 import { api } from "./api.js";
 import { fill, h, icon } from "./dom.js";
+import { LogsPane } from "./logs.js";
 import { Overview } from "./overview.js";
 import { SessionPane } from "./pane.js";
 
@@ -80,6 +81,11 @@ function route() {
   if (pane) pane.close();
   pane = null;
   overview.select(id);
+  if (window.location.hash === "#/logs") {
+    pane = new LogsPane(main);
+    pane.open();
+    return;
+  }
   if (!id) {
     welcome();
     return;

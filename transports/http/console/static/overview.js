@@ -119,6 +119,7 @@ export class Overview {
       this.bar,
       h("div.brand", h("img", { src: "/console/favicon.svg", alt: "" }), h("span", "gateway"), status ? h("span.version", status.version) : null),
       h("div.stats", items),
+      h("a.stat.logs-link", { href: "#/logs" }, "Logs"),
       h(`div.live.${live[1]}`, { title: "the session list stream" }, h("span.dot"), live[0]),
     );
   }
