@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import openai
 import pytest
 
-from kernel import FinishChunk, Kernel, ReasoningChunk, TextChunk, UsageChunk
+from kernel import Chunk, FinishChunk, Kernel, ProviderRequest, ReasoningChunk, TextChunk, UsageChunk
 from kernel import model as m
 from kernel.settings import AgentSettings, Settings
 from kernel.testing import ScriptedProvider, failing_turn, running_kernel, text_turn, tool_turn
@@ -196,3 +197,40 @@ async def test_a_failure_after_output_is_a_failed_response_stream_or_not() -> No
         provider.turns = [[ReasoningChunk("hmm"), UsageChunk(m.Usage(input_tokens=1, output_tokens=1)), FinishChunk("stop")]]
         fine = await sdk.responses.create(model=AGENT, input="hi")
         assert fine.status == "completed" and fine.output[0].type == "reasoning"
+
+
+class _Stalling:
+    """A model that says a few words, then waits until the run is interrupted."""
+
+    name = "stalling"
+    model = "stalling-1"
+
+    def __init__(self) -> None:
+        self.spoke = anyio.Event()
+
+    async def stream(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]:
+        yield TextChunk("partial words")
+        self.spoke.set()
+        await anyio.sleep_forever()
+
+    async def aclose(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize(("stop", "cause"), [(interrupt, "client"), (drain, "drain")])
+async def test_an_interrupted_whole_answer_is_failed_with_its_partial_output(stop: Any, cause: m.InterruptCause) -> None:
+    provider = _Stalling()
+    settings = Settings(agents=[AgentSettings(name=AGENT)])
+    async with running_kernel(provider, settings=settings) as kernel, http_server(kernel) as url:  # type: ignore[arg-type]
+        sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused-on-loopback", max_retries=0, timeout=20.0)
+        got: list[Any] = []
+        async with anyio.create_task_group() as tg:
+            async def ask() -> None:
+                got.append(await sdk.responses.create(model=AGENT, input="hi"))
+            tg.start_soon(ask)
+            await provider.spoke.wait()
+            await stop(kernel)
+        await sdk.close()
+    (whole,) = got
+    assert whole.status == "failed" and whole.output_text == "partial words" and whole.error.message == _why(cause)
+    assert whole.output[0].status == "incomplete"
