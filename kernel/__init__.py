@@ -67,6 +67,12 @@ _EXPORTS: dict[str, str] = {
     "ToolContext": ".tools",
     "ToolFailure": ".tools",
     "WorkspaceFiles": ".files",
+    "IMAGE_TYPES": ".attachments",
+    "admit_part": ".attachments",
+    "admit_parts": ".attachments",
+    "file_text": ".attachments",
+    "message_from_parts": ".attachments",
+    "sniff_image": ".attachments",
     "ERROR_SPECS": ".errors",
     "ErrorSpec": ".errors",
     "error_spec": ".errors",
@@ -85,18 +91,18 @@ _EXPORTS: dict[str, str] = {
     "RunObserver": ".observe",
     "RunOutcome": ".observe",
     "current_run": ".observe",
-    "traceparent_trace_id": ".observe",
-    "MAX_WIRE_INT": ".jsonwire",
-    "parse_wire_int": ".jsonwire",
-    # API keys and their storage (kernel/keys.py, docs/security.md).
-    "KeyRecord": ".keys",
-    "KeyView": ".keys",
     "RecentRuns": ".observe",
     "RunRecord": ".observe",
     "LOG_RING": ".logs",
     "LogRing": ".logs",
     "log_fields": ".logs",
     "iso_ts": ".logs",
+    "traceparent_trace_id": ".observe",
+    "MAX_WIRE_INT": ".jsonwire",
+    "parse_wire_int": ".jsonwire",
+    # API keys and their storage (kernel/keys.py, docs/security.md).
+    "KeyRecord": ".keys",
+    "KeyView": ".keys",
     "Keyring": ".keys",
     "KEY_COLUMNS": ".store",
     "KEY_USAGE_SQL": ".store",
@@ -109,6 +115,12 @@ __getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from .access import RateWindows as RateWindows
+    from .attachments import IMAGE_TYPES as IMAGE_TYPES
+    from .attachments import admit_part as admit_part
+    from .attachments import admit_parts as admit_parts
+    from .attachments import file_text as file_text
+    from .attachments import message_from_parts as message_from_parts
+    from .attachments import sniff_image as sniff_image
     from .cluster import Cluster as Cluster
     from .cluster import ClusterHost as ClusterHost
     from .commands import CommandContext as CommandContext
@@ -137,6 +149,10 @@ if TYPE_CHECKING:
     from .keys import KeyRecord as KeyRecord
     from .keys import Keyring as Keyring
     from .keys import KeyView as KeyView
+    from .logs import LOG_RING as LOG_RING
+    from .logs import LogRing as LogRing
+    from .logs import iso_ts as iso_ts
+    from .logs import log_fields as log_fields
     from .model import ApprovalPolicy as ApprovalPolicy
     from .model import Command as Command
     from .model import Event as Event
@@ -148,13 +164,11 @@ if TYPE_CHECKING:
     from .observe import Observer as Observer
     from .observe import ObserverFactory as ObserverFactory
     from .observe import Observers as Observers
+    from .observe import RecentRuns as RecentRuns
     from .observe import RunFacts as RunFacts
-    from .logs import LOG_RING as LOG_RING
-    from .logs import LogRing as LogRing
-    from .logs import iso_ts as iso_ts
-    from .logs import log_fields as log_fields
     from .observe import RunObserver as RunObserver
     from .observe import RunOutcome as RunOutcome
+    from .observe import RunRecord as RunRecord
     from .observe import current_run as current_run
     from .observe import traceparent_trace_id as traceparent_trace_id
     from .provider import Chunk as Chunk
@@ -164,16 +178,14 @@ if TYPE_CHECKING:
     from .provider import ProviderError as ProviderError
     from .provider import ProviderRequest as ProviderRequest
     from .provider import ReasoningChunk as ReasoningChunk
-    from .observe import RecentRuns as RecentRuns
     from .provider import TextChunk as TextChunk
     from .provider import ToolCallChunk as ToolCallChunk
     from .provider import ToolSpec as ToolSpec
-    from .observe import RunRecord as RunRecord
     from .provider import UsageChunk as UsageChunk
     from .settings import SECRET_KEYS as SECRET_KEYS
+    from .settings import A2AAgentSettings as A2AAgentSettings
     from .settings import AgentSettings as AgentSettings
     from .settings import ClusterSettings as ClusterSettings
-    from .settings import A2AAgentSettings as A2AAgentSettings
     from .settings import McpServerSettings as McpServerSettings
     from .settings import OpenAISettings as OpenAISettings
     from .settings import Settings as Settings

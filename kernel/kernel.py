@@ -22,6 +22,7 @@ from anyio.abc import TaskGroup
 
 from . import model as m
 from .access import Access, acting_as, acting_caller, acting_principal, filter_reply
+from .attachments import admit_message, admit_parts
 from .cluster import Cluster, RemoteSubscription
 from .commands import CommandContext, SlashCommand
 from .files import WorkspaceFiles
@@ -525,10 +526,10 @@ class Kernel:
         return m.Accepted(request_id=cmd.request_id, session_id=session.id, run_id=run.run_id, queued=queued)
 
     async def _prompt(self, cmd: m.Prompt, caller: m.Caller) -> m.Reply:
-        session = await self.session(cmd.session_id, cmd.agent_id)
-        parts = cmd.content_parts()
+        parts = admit_parts(cmd.content_parts())  # the attachment policy, before a session is made
         if not parts:
             raise m.KernelError("invalid_request", "empty prompt")
+        session = await self.session(cmd.session_id, cmd.agent_id)
         return await self._start_run(session, cmd, caller, parts=parts)
 
     async def _regenerate(self, cmd: m.Regenerate, caller: m.Caller) -> m.Reply:
@@ -704,7 +705,8 @@ class Kernel:
     async def _save_history(self, cmd: m.SaveHistory) -> m.Reply:
         if not cmd.messages:
             return await self._change_history(cmd, HistoryJob("replace", cmd.request_id), "history cleared")
-        return await self._change_history(cmd, HistoryJob("append", cmd.request_id, cmd.messages), "history saved")
+        messages = tuple(admit_message(message) for message in cmd.messages)  # as a prompt's parts are
+        return await self._change_history(cmd, HistoryJob("append", cmd.request_id, messages), "history saved")
 
     async def _clear_history(self, cmd: m.ClearHistory) -> m.Reply:
         return await self._change_history(cmd, HistoryJob("clear_history", cmd.request_id), "history cleared")

@@ -17,13 +17,12 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
+from .attachments import file_text, message_from_parts
 from .jobs import ActiveRun, Ids, RunJob, RunState
 from .model import (
     ApprovalPolicy,
-    ContentPart,
     ErrorInfo,
     FilePart,
-    ImagePart,
     KernelError,
     Message,
     PromptOptions,
@@ -58,13 +57,6 @@ if TYPE_CHECKING:
     from .host import RunSession
 
 log = logging.getLogger("gateway.kernel")
-
-
-def user_message(parts: tuple[ContentPart, ...]) -> Message:
-    texts = [p.text for p in parts if isinstance(p, TextPart)]
-    if len(texts) == len(parts):
-        return Message(role="user", content="\n".join(texts))
-    return Message(role="user", content="", parts=parts)
 
 
 async def execute_run(session: RunSession, run: ActiveRun) -> None:
@@ -153,7 +145,7 @@ async def _prepare(session: RunSession, job: RunJob) -> None:
     for part in job.parts:
         if isinstance(part, TextPart) and not part.text.strip() and len(job.parts) == 1:
             raise KernelError("invalid_request", "empty prompt")
-    await session.persist([user_message(job.parts)])
+    await session.persist([message_from_parts(job.parts)])
 
 
 async def _loop(session: RunSession, run: ActiveRun, state: RunState, ids: Ids) -> StopReason:
@@ -246,17 +238,11 @@ def _model_view(message: Message) -> Message:
     """Files become text with their name; images stay parts (providers send data URLs)."""
     if not message.parts:
         return message
-    parts: list[TextPart | ImagePart] = []
-    for part in message.parts:
-        if isinstance(part, FilePart):
-            body = part.data.decode("utf-8", errors="replace")
-            parts.append(TextPart(f"File: {part.name} ({part.content_type})\n```\n{body}\n```"))
-        else:
-            parts.append(part)
+    parts = tuple(TextPart(file_text(part)) if isinstance(part, FilePart) else part for part in message.parts)
     texts = [p.text for p in parts if isinstance(p, TextPart)]
     if len(texts) == len(parts):
         return msgspec.structs.replace(message, content="\n\n".join(texts), parts=())
-    return msgspec.structs.replace(message, parts=tuple(parts))
+    return msgspec.structs.replace(message, parts=parts)
 
 
 async def _model_call(

@@ -60,6 +60,7 @@ from kernel import (
     ProviderRequest,
     Settings,
     ToolSpec,
+    file_text,
     mask_secret,
 )
 from kernel.model import FilePart, ImagePart, Message, OutputFormat, TextPart, ToolChoice
@@ -88,17 +89,13 @@ _encode = msgspec.json.Encoder().encode
 # ---------------------------------------------------------------- request conversion
 
 
-def _file_text(part: FilePart) -> str:
-    return f"File: {part.name} ({part.content_type})\n{part.data.decode('utf-8', errors='replace')}"
-
-
 def _part_block(part: TextPart | ImagePart | FilePart) -> dict[str, Any]:
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text}
     if isinstance(part, ImagePart):
         url = f"data:{part.mime_type};base64,{base64.b64encode(part.data).decode('ascii')}"
         return {"type": "image_url", "image_url": {"url": url}}
-    return {"type": "text", "text": _file_text(part)}
+    return {"type": "text", "text": file_text(part)}
 
 
 def _plain_text(message: Message) -> str:
@@ -108,7 +105,7 @@ def _plain_text(message: Message) -> str:
         if isinstance(part, TextPart):
             bits.append(part.text)
         elif isinstance(part, FilePart):
-            bits.append(_file_text(part))
+            bits.append(file_text(part))
         else:
             bits.append(f"[image {part.mime_type}]")
     return "\n\n".join(bits)

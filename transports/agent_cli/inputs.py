@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from kernel import JsonDecoder
+from kernel import JsonDecoder, sniff_image
 from kernel import model as m
 
 from . import wire
@@ -25,34 +25,6 @@ _tagged = JsonDecoder[str | dict[str, msgspec.Raw]](str | dict[str, msgspec.Raw]
 _null = JsonDecoder[None](None)
 _decoders = {name: JsonDecoder[Any](kind) for name, kind in wire.VALUE_VARIANTS.items()}
 _encode = msgspec.json.Encoder().encode
-
-#: Content types a File may have to reach the model as text (besides ``text/*``).
-TEXT_CONTENT_TYPES = frozenset(
-    {
-        "application/json", "application/ld+json", "application/x-ndjson", "application/xml",
-        "application/javascript", "application/x-javascript", "application/ecmascript",
-        "application/typescript", "application/x-typescript", "application/yaml", "application/x-yaml",
-        "application/toml", "application/x-toml", "application/sql", "application/x-sh",
-        "application/x-shellscript", "application/x-python", "application/x-python-code",
-        "application/csv", "application/graphql", "application/x-httpd-php", "application/rtf",
-        "application/x-tex", "application/x-latex", "image/svg+xml",
-    }
-)
-#: Extensions accepted as text when the content type says nothing (``application/octet-stream``).
-TEXT_EXTENSIONS = frozenset(
-    "txt md markdown rst csv tsv json jsonl ndjson xml html htm css js mjs cjs ts tsx jsx py pyi rs go "
-    "java kt kts c h cc cpp hpp cs rb php pl sh bash zsh fish ps1 bat sql toml yaml yml ini cfg conf "
-    "env log tex svg swift scala lua r m mm dart ex exs erl hs ml vue svelte gradle properties lock "
-    "dockerfile makefile gitignore".split()
-)
-_GENERIC_TYPES = frozenset({"", "application/octet-stream", "binary/octet-stream"})
-_IMAGE_MAGIC = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-)
-
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
     max_file_bytes: int = 1_048_576
@@ -226,33 +198,12 @@ def image_part(image: wire.ImageInput, limits: Limits, where: str) -> m.ImagePar
         raise _Invalid(f"image data is empty - at `{where}.data`", "processing_error")
     if len(data) > limits.max_image_bytes:
         raise _Invalid(f"image of {len(data)} bytes is over the {limits.max_image_bytes}-byte limit", "processing_error")
-    mime = (image.mime_type or "").strip().lower() or _sniff_image(data)
+    mime = (image.mime_type or "").strip().lower() or sniff_image(data)
     if mime is None:
         raise _Invalid("cannot tell the image format; set `mime_type` (image/png, image/jpeg, ...)", "processing_error")
     if not mime.startswith("image/"):
         raise _Invalid(f"`mime_type` {mime!r} is not an image type - at `{where}.mime_type`", "processing_error")
     return m.ImagePart(data=data, mime_type=mime)
-
-
-def _sniff_image(data: bytes) -> str | None:
-    for magic, mime in _IMAGE_MAGIC:
-        if data.startswith(magic):
-            return mime
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return None
-
-
-def is_text_like(content_type: str, filename: str) -> bool:
-    """Whether a File's declared type (or, for generic types, its extension) is text."""
-    ctype = content_type.split(";", 1)[0].strip().lower()
-    if ctype.startswith("text/") or ctype in TEXT_CONTENT_TYPES or ctype.endswith(("+json", "+xml")):
-        return True
-    if ctype in _GENERIC_TYPES:
-        base = filename.replace("\\", "/").rsplit("/", 1)[-1].lower()
-        ext = base.rsplit(".", 1)[-1] if "." in base else base
-        return ext in TEXT_EXTENSIONS
-    return False
 
 
 def file_part(file: wire.FileInput, limits: Limits, where: str) -> m.FilePart:
@@ -262,20 +213,8 @@ def file_part(file: wire.FileInput, limits: Limits, where: str) -> m.FilePart:
     data = _base64(file.data, where)
     if len(data) > limits.max_file_bytes:
         raise _Invalid(f"file {name!r} of {len(data)} bytes is over the {limits.max_file_bytes}-byte limit", "processing_error")
-    ctype = file.content_type.strip() or "application/octet-stream"
-    if not is_text_like(ctype, name):
-        raise _Invalid(
-            f"file {name!r} ({ctype}) is binary; only text files (text/*, JSON, XML, source code...) "
-            "can be given to the model; send pictures as `Image`",
-            "processing_error",
-        )
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise _Invalid(f"file {name!r} ({ctype}) is not valid UTF-8 text", "processing_error") from None
-    if "\x00" in text:
-        raise _Invalid(f"file {name!r} ({ctype}) contains NUL bytes: it is binary, not text", "processing_error")
-    return m.FilePart(name=name, data=text.encode("utf-8"), content_type=ctype)
+    # Whether the model can read it is the kernel's one attachment policy (kernel/attachments.py).
+    return m.FilePart(name=name, data=data, content_type=file.content_type.strip() or "application/octet-stream")
 
 
 def instruction_args(parameters: Any) -> str:

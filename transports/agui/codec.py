@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
-from kernel import JsonDecoder, parse_wire_int
+from kernel import JsonDecoder, message_from_parts, parse_wire_int
 from kernel import model as m
 from kernel.errors import http_headers, http_status
 
@@ -213,9 +213,7 @@ def _conversation(messages: Sequence[wire.Message]) -> tuple[list[str], list[tup
                 return parts
             if not parts:
                 return bad_request(f"messages[{i}].content: a user message needs content.")
-            texts = [p.text for p in parts if isinstance(p, m.TextPart)]
-            turn = m.Message(role="user", content="\n".join(texts)) if len(texts) == len(parts) else m.Message(role="user", parts=parts)
-            turns.append((i, turn))
+            turns.append((i, message_from_parts(parts)))
         elif isinstance(msg, wire.AssistantMessage):
             calls = tuple(m.ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "{}") for c in msg.tool_calls or ())
             turns.append((i, m.Message(role="assistant", content=msg.content or "", tool_calls=calls)))

@@ -14,11 +14,12 @@ import email.policy
 import mimetypes
 from collections.abc import Mapping
 
+from kernel import admit_part
+from kernel import model as m
+from kernel.errors import http_status
 from transports.shared import HttpError
 
 from .codec import Upload
-
-_IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 
 
 def parse_upload(body: bytes, headers: Mapping[str, str]) -> Upload:
@@ -60,17 +61,19 @@ def _from_multipart(body: bytes, content_type: str) -> tuple[str, str, bytes]:
 
 
 def _checked(upload: Upload) -> Upload:
-    if upload.content_type.startswith("image/"):
-        if upload.content_type not in _IMAGE_TYPES:
-            raise HttpError(400, f"Unsupported image type {upload.content_type} (use PNG, JPEG, GIF or WebP)", code="invalid_request")
-        return upload
+    """The kernel's one attachment policy (kernel/attachments.py), applied as the file is
+    uploaded, so a PDF is refused at once with the message every dialect gives for it."""
+    declared: m.ContentPart = (
+        m.ImagePart(data=upload.data, mime_type=upload.content_type)
+        if upload.content_type.startswith("image/")
+        else m.FilePart(name=upload.filename, data=upload.data, content_type=upload.content_type)
+    )
     try:
-        upload.data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise HttpError(
-            400, f"Unsupported attachment {upload.filename!r}: only images and UTF-8 text files can be sent to the model",
-            code="invalid_request",
-        ) from None
-    if upload.content_type in ("", "application/octet-stream"):
-        upload = Upload(filename=upload.filename, content_type="text/plain", data=upload.data)
-    return upload
+        part = admit_part(declared)
+    except m.KernelError as exc:
+        raise HttpError(http_status(exc.code), exc.message, code=exc.code) from None
+    if isinstance(part, m.ImagePart):
+        return Upload(filename=upload.filename, content_type=part.mime_type, data=part.data)
+    generic = upload.content_type in ("", "application/octet-stream")  # text, as the kernel found
+    data = part.data if isinstance(part, m.FilePart) else upload.data
+    return Upload(filename=upload.filename, content_type="text/plain" if generic else upload.content_type, data=data)

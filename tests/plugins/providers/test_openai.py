@@ -338,7 +338,7 @@ async def test_request_body() -> None:
         "content": [
             {"type": "text", "text": "What is in these?"},
             {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()}},
-            {"type": "text", "text": "File: notes.txt (text/plain)\nline one\nline two"},
+            {"type": "text", "text": "File: notes.txt (text/plain)\n```\nline one\nline two\n```"},  # kernel.file_text: one rendering
         ],
     }
     assert assistant == {

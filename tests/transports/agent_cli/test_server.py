@@ -107,7 +107,8 @@ async def test_every_input_variant() -> None:
                 out: dict[str, Any] = {}
                 out["image"] = await c.ask({"request_id": "i", "input": {"Image": {"data": png, "mime_type": "image/png"}}})
                 out["file"] = await c.ask({"request_id": "f", "input": {"File": {"filename": "main.rs", "content_type": "text/x-rust", "data": source}}})
-                out["binary"] = await c.ask({"request_id": "fb", "input": {"File": {"filename": "a.zip", "content_type": "application/zip", "data": png}}})
+                archive = base64.b64encode(b"PK\x03\x04\x14\x00\x00\x00\x08\x00\xb7\xac").decode()
+                out["binary"] = await c.ask({"request_id": "fb", "input": {"File": {"filename": "a.zip", "content_type": "application/zip", "data": archive}}})
                 big = base64.b64encode(b"x" * 101).decode()
                 out["big"] = await c.ask({"request_id": "fo", "input": {"File": {"filename": "a.txt", "content_type": "text/plain", "data": big}}})
                 out["multi"] = await c.ask({"request_id": "m", "input": {"Multi": [{"Text": "look at"}, {"Image": {"data": png}}]}})
@@ -123,7 +124,7 @@ async def test_every_input_variant() -> None:
     image_message = provider.requests[0].messages[-1]
     assert image_message.parts == (m.ImagePart(data=b"\x89PNG\r\n\x1a\n1234", mime_type="image/png"),)
     assert provider.requests[1].messages[-1].content == "File: main.rs (text/x-rust)\n```\nfn main() {}\n\n```"
-    assert out["binary"][-1]["error"].startswith("processing_error: file 'a.zip' (application/zip) is binary")
+    assert out["binary"][-1]["error"].startswith("processing_error: file 'a.zip' (application/zip) is not text the model can read")
     assert out["big"][-1]["error"] == "processing_error: file 'a.txt' of 101 bytes is over the 100-byte limit"
     assert [type(p).__name__ for p in provider.requests[2].messages[-1].parts] == ["TextPart", "ImagePart"]
     assert len(provider.requests) == 3  # rejected inputs never reached the model

@@ -236,7 +236,7 @@ async def test_uploads_become_attachments_over_rest_and_the_socket() -> None:
         assert info["filename"] == "cat.png" and info["content_type"] == "image/png" and info["size"] == len(png)
         text = await http.post(f"{base}/upload", files={"file": ("notes.txt", b"remember the milk", "text/plain")})
         binary = await http.post(f"{base}/upload", files={"file": ("blob.bin", b"\xff\xfe\x00\x01", "application/octet-stream")})
-        assert binary.status_code == 400 and "only images and UTF-8 text" in binary.json()["error"]
+        assert binary.status_code == 400 and "is not text the model can read" in binary.json()["error"]
         reply = await http.post(f"{base}/message", json={"message": "look", "attachments": [{"file_id": info["file_id"]}]})
         assert reply.status_code == 200
         user = provider.requests[-1].messages[-1]

@@ -19,7 +19,7 @@ from urllib.parse import unquote_to_bytes
 
 import msgspec
 
-from kernel import JsonDecoder
+from kernel import JsonDecoder, message_from_parts
 from kernel import model as m
 from kernel.errors import http_headers, http_status
 
@@ -331,10 +331,7 @@ def _conversation(messages: Sequence[InMessage]) -> tuple[str | None, list[m.Mes
                 return bad_request("System messages may only contain text.", param=where)
             system.append("\n".join(texts))
         elif msg.role == "user":
-            if len(texts) == len(parts):
-                turns.append(m.Message(role="user", content="\n".join(texts)))
-            else:
-                turns.append(m.Message(role="user", parts=parts))
+            turns.append(message_from_parts(parts))
         elif msg.role == "assistant":
             calls = tuple(
                 m.ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "{}") for c in msg.tool_calls or ()

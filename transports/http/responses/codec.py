@@ -217,13 +217,10 @@ def unknown_reference(index: int, item_id: str) -> OpenAIError:
     )
 
 
-def stored_item(body: bytes, item_id: str) -> dict[str, Any] | None:
-    """The output item ``item_id`` of a stored response (its JSON), as an input item."""
+def stored_items(body: bytes) -> dict[str, dict[str, Any]]:
+    """The output items of a stored response (its JSON) by id, as input items."""
     response = msgspec.json.decode(body)
-    for item in response.get("output", ()):
-        if item.get("id") == item_id:
-            return dict(item)
-    return None
+    return {item["id"]: item for item in response.get("output", ()) if isinstance(item, dict) and isinstance(item.get("id"), str)}
 
 
 class _Replay(msgspec.Struct, frozen=True, kw_only=True):
