@@ -225,9 +225,7 @@ def test_item_references_resolve_to_stored_items() -> None:
     for item_id in ids:
         holder = store.holding(item_id)
         assert holder is not None and holder.response_id == "resp_1"
-        item = codec.stored_item(holder.body, item_id)
-        assert item is not None
-        references[item_id] = item
+        references[item_id] = codec.stored_items(holder.body)[item_id]
     request = {**CODEX_FIRST, "input": [
         {"role": "user", "content": "hi"}, *({"type": "item_reference", "id": item_id} for item_id in ids),
         {"type": "function_call_output", "call_id": "call_9", "output": "closed"},

@@ -253,9 +253,14 @@ class ResponsesApi:
     async def _references(self, request: w.ResponsesRequest, caller: m.Caller) -> dict[str, dict[str, Any]] | OpenAIError:
         """The stored items the request's ``item_reference`` inputs name (the caller's only)."""
         found: dict[str, dict[str, Any]] = {}
+        opened: dict[str, dict[str, dict[str, Any]]] = {}  # response id -> its items: each checked and decoded once
         for index, item_id in codec.referenced_ids(request):
-            record = await self._visible(caller, self.stored.holding(item_id))
-            item = codec.stored_item(record.body, item_id) if record is not None and record.done else None
+            record = self.stored.holding(item_id)
+            items = opened.get(record.response_id) if record is not None else None
+            if record is not None and items is None:
+                visible = record.done and await self._visible(caller, record) is not None
+                items = opened[record.response_id] = codec.stored_items(record.body) if visible else {}
+            item = items.get(item_id) if items else None
             if item is None:
                 return codec.unknown_reference(index, item_id)
             found[item_id] = item
