@@ -9,6 +9,8 @@ from typing import Any, Literal
 import jsonschema
 import pydantic
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from plugins.providers.schema_instance import SchemaError, instance
 
@@ -123,3 +125,63 @@ def test_pydantic_schema_instance_parses_back() -> None:
 def test_a_schema_without_a_reachable_instance_is_an_error(schema: Any) -> None:
     with pytest.raises(SchemaError):
         instance(schema)
+
+
+# ---------------------------------------------------------------- property: random satisfiable schemas
+
+
+def _bounded(kind: str) -> st.SearchStrategy[dict[str, Any]]:
+    """A number schema whose bounds leave room for a value (an integer one at least one)."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": kind}
+        low = draw(st.none() | st.integers(-1000, 1000))
+        if low is not None:
+            schema["exclusiveMinimum" if draw(st.booleans()) else "minimum"] = low
+        if draw(st.booleans()):
+            room = draw(st.integers(2, 1000))
+            start = low if low is not None else draw(st.integers(-1000, 1000))
+            schema["exclusiveMaximum" if draw(st.booleans()) else "maximum"] = start + room
+        if kind == "integer" and draw(st.booleans()) and "maximum" not in schema and "exclusiveMaximum" not in schema:
+            schema["multipleOf"] = draw(st.integers(1, 7))
+        return schema
+
+    return build()
+
+
+_strings = st.builds(
+    lambda low, extra: {"type": "string", "minLength": low, **({"maxLength": low + extra} if extra is not None else {})},
+    st.integers(0, 40), st.none() | st.integers(0, 5),
+) | st.sampled_from(["date-time", "date", "email", "uuid", "uri", "ipv4", "hostname"]).map(lambda fmt: {"type": "string", "format": fmt})
+_scalars = (
+    _strings | _bounded("integer") | _bounded("number") | st.just({"type": "boolean"}) | st.just({"type": "null"})
+    | st.lists(st.integers() | st.text(max_size=5), min_size=1, max_size=4).map(lambda values: {"enum": values})
+    | st.integers().map(lambda value: {"const": value})
+)
+
+
+def _compound(children: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[dict[str, Any]]:
+    objects = st.dictionaries(st.text("abcdefgh", min_size=1, max_size=6), children, max_size=4).flatmap(
+        lambda props: st.builds(
+            lambda required: {"type": "object", "properties": props, "required": required, "additionalProperties": False},
+            st.lists(st.sampled_from(sorted(props)), unique=True) if props else st.just([]),
+        )
+    )
+    arrays = st.builds(lambda items, low: {"type": "array", "items": items, "minItems": low}, children, st.integers(0, 4))
+    unions = st.lists(children, min_size=1, max_size=3).flatmap(lambda branches: st.sampled_from([{"anyOf": branches}, {"oneOf": branches[:1]}]))
+    nullable = children.map(lambda schema: {**schema, "type": [schema["type"], "null"]} if schema.get("type") not in (None, "null") and isinstance(schema["type"], str) else schema)
+    return objects | arrays | unions | nullable
+
+
+_schemas = st.recursive(_scalars, _compound, max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(schema=_schemas, wrap=st.booleans())
+def test_fuzz_random_satisfiable_schemas_get_valid_instances(schema: dict[str, Any], wrap: bool) -> None:
+    """Any schema built from satisfiable parts gets an instance, valid by jsonschema; behind a
+    ``$ref`` to ``$defs`` too."""
+    if wrap:
+        schema = {"$defs": {"Inner": schema}, "type": "object", "properties": {"inner": {"$ref": "#/$defs/Inner"}}, "required": ["inner"]}
+    jsonschema.validate(instance(schema), schema, format_checker=jsonschema.FormatChecker())
