@@ -63,7 +63,7 @@ def entry_points(name: str, kernel: Any) -> list[tuple[str, str, bool]]:
         routers = [build_app(kernel, transport_config("openfang"))]
     else:
         app = HttpApp(kernel, transport_config("http"))
-        routers = [app.native, app.openai]
+        routers = [app.native, app.openai, app.anthropic]
     agent = kernel.settings.agents[0].agent_id()
     out = []
     for router in routers:
@@ -82,6 +82,8 @@ def refused(name: str, path: str, response: httpx.Response) -> bool:
     body = response.json()
     if name == "openfang":
         return body == {"error": "Missing or invalid token"}
+    if path.startswith("/v1/messages"):  # Anthropic's (its /v1/models, asked without anthropic-version, is OpenAI's)
+        return body["type"] == "error" and body["error"]["type"] == "authentication_error"
     if path.startswith(("/v1/chat", "/v1/models", "/v1/responses")):  # the OpenAI dialects
         return body["error"]["code"] == "invalid_api_key" and set(body["error"]) == {"message", "type", "param", "code"}
     return body["error"]["code"] == "unauthorized"
