@@ -123,6 +123,7 @@ async def openfang(kernel: Kernel, name: str, ctype: str, data: bytes) -> str | 
         with scope:
             await OpenFangTransport().serve(kernel, make_config(), task_status=task_status)
 
+    refusal: str | None = None
     async with anyio.create_task_group() as tg:
         url = await tg.start(run)
         try:
@@ -130,12 +131,13 @@ async def openfang(kernel: Kernel, name: str, ctype: str, data: bytes) -> str | 
             async with httpx.AsyncClient(timeout=10) as http:
                 upload = await http.post(f"{base}/upload", files={"file": (name, data, ctype)})
                 if upload.status_code == 400:
-                    return str(upload.json()["error"])
-                reply = await http.post(f"{base}/message", json={"message": "look", "attachments": [{"file_id": upload.json()["file_id"]}]})
-                assert reply.status_code == 200, reply.text
-                return None
+                    refusal = str(upload.json()["error"])
+                else:
+                    reply = await http.post(f"{base}/message", json={"message": "look", "attachments": [{"file_id": upload.json()["file_id"]}]})
+                    assert reply.status_code == 200, reply.text
         finally:
             scope.cancel()
+    return refusal
 
 
 async def stdio(kernel: Kernel, name: str, ctype: str, data: bytes) -> str | None:
