@@ -113,6 +113,16 @@ def mcp_servers(entries: Iterable[Any]) -> tuple[McpServer, ...]:
     return tuple(servers)
 
 
+#: A W3C ``traceparent`` is 55 characters in version 00; a longer value is not passed on.
+TRACEPARENT_MAX = 128
+
+
+def meta_traceparent(meta: dict[str, Any] | None) -> str | None:
+    """The editor's W3C trace context from a request's ``_meta`` (the kernel validates it)."""
+    value = (meta or {}).get("traceparent")
+    return value.strip() if isinstance(value, str) and 0 < len(value.strip()) <= TRACEPARENT_MAX else None
+
+
 def prompt_options(mode: str) -> m.PromptOptions:
     """Mode ``ask`` asks before every tool; ``default`` leaves it to the agent (approval tools always ask)."""
     return m.PromptOptions(ask_before_tool_execution=True if mode == "ask" else None, approval=APPROVAL)

@@ -7,6 +7,9 @@ import msgspec
 
 class AcpConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     agent: str | None = None
+    #: An API key this process acts with (else ``$GATEWAY_API_KEY``; neither: the admin) —
+    #: then it sees and does only what that key may (docs/security.md).
+    api_key: str | None = None
     max_line_bytes: int = 16_777_216
     eof_grace_s: float = 10.0
     permission_timeout_s: float = 300.0

@@ -28,7 +28,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from kernel import Follower, Kernel, KernelError
 from kernel import model as m
 from transports.base import BannerLine
-from transports.shared import LineReader, LineTooLong, LineWriter
+from transports.shared import LineReader, LineTooLong, LineWriter, local_caller
 
 from . import codec, session_meta
 from .config import AcpConfig
@@ -69,9 +69,10 @@ class AcpTransport:
             raise ValueError(f"[transports.acp] default_mode must be one of {', '.join(session_meta.MODES)}, not {config.default_mode!r}")
         if config.list_page_size < 1:
             raise ValueError("[transports.acp] list_page_size must be at least 1")
+        caller = await local_caller(kernel, config.api_key, self.name)  # the admin, unless a key is configured
         writer = LineWriter(self.stdout_fd)
         try:
-            await AcpConnection(kernel, config, writer).run(self.stdin_fd, task_status)
+            await AcpConnection(kernel, config, writer, caller).run(self.stdin_fd, task_status)
         finally:
             writer.close()
 
@@ -83,13 +84,15 @@ class AcpTransport:
 class AcpConnection:
     """One editor on the other end of stdin/stdout, for the life of the process."""
 
-    def __init__(self, kernel: Kernel, config: AcpConfig, writer: LineWriter) -> None:
+    def __init__(self, kernel: Kernel, config: AcpConfig, writer: LineWriter, caller: m.Caller = m.LOCAL_CALLER) -> None:
         self.kernel = kernel
         self.config = config
         self.writer = writer
+        # Who the editor acts as: every command and follower of this process is theirs.
+        self.caller = caller
         self.codec = JsonRpcCodec()
         self.editor = EditorRequests(self.codec, self.write)
-        self.sessions = EditorSessions(kernel, config, self.editor, self.write, self.follow, self.start_task)
+        self.sessions = EditorSessions(kernel, config, self.editor, self.write, self.follow, self.start_task, caller=caller)
         self.inflight = 0
         self.running: dict[RpcId, tuple[anyio.CancelScope, Request]] = {}  # the editor's requests in progress
         self.cancel_on_start: set[RpcId] = set()  # prompts cancelled before their handler ran
@@ -243,7 +246,9 @@ class AcpConnection:
         prompt.cancelled = request.id in self.cancel_on_start
         try:
             options = codec.prompt_options(state.mode)
-            accepted = await self.kernel.execute(m.Prompt(session_id=state.id, request_id=request_id, parts=parts, options=options))
+            # The editor's W3C trace context (``_meta.traceparent``) continues in the run's telemetry.
+            caller = msgspec.structs.replace(self.caller, traceparent=codec.meta_traceparent(params.meta))
+            accepted = await self.kernel.execute(m.Prompt(session_id=state.id, request_id=request_id, parts=parts, options=options), caller)
             if prompt.watch.run_id is None:
                 prompt.watch.run_id = accepted.run_id
             if prompt.cancelled:  # a cancel came before the kernel knew the request
@@ -255,7 +260,7 @@ class AcpConnection:
         return codec.prompt_answer(prompt.watch.end, cancelled=prompt.cancelled)
 
     async def run_command(self, state: SessionState, request_id: str, name: str, args: str) -> Any:
-        reply = await self.kernel.execute(m.RunCommand(session_id=state.id, request_id=request_id, name=name, args=args))
+        reply = await self.kernel.execute(m.RunCommand(session_id=state.id, request_id=request_id, name=name, args=args), self.caller)
         lines = []
         if isinstance(reply, m.CommandOutput) and reply.output:
             lines.append(update_line(state.id, AgentMessageChunk(content=Text(reply.output))))
@@ -348,7 +353,7 @@ class AcpConnection:
         session's active one, or while it waits in the session's queue.
         """
         try:
-            reply = await self.kernel.execute(m.GetSession(session_id=state.id))
+            reply = await self.kernel.execute(m.GetSession(session_id=state.id), self.caller)
             info: m.SessionInfo | None = reply.session if isinstance(reply, m.SessionOpened) else None
         except KernelError:
             info = None
@@ -377,7 +382,7 @@ class AcpConnection:
             await self.write([update_line(state.id, codec.in_progress(event.call_id))])
         command = m.ResolveToolApproval(session_id=state.id, call_id=event.call_id, approved=approved, reason=reason, remember=remember)
         try:
-            await self.kernel.execute(command)
+            await self.kernel.execute(command, self.caller)
         except KernelError as exc:
             log.debug("acp: approval of %s not applied: %s", event.call_id, exc.message)
 

@@ -69,8 +69,11 @@ class EditorSessions:
         write: Callable[[list[bytes]], Awaitable[None]],
         follow: Callable[[SessionState, Follower], None],
         start: StartTask,
+        *,
+        caller: m.Caller = m.LOCAL_CALLER,
     ) -> None:
         self.kernel = kernel
+        self.caller = caller
         self.config = config
         self.editor = editor
         self.write = write
@@ -96,7 +99,7 @@ class EditorSessions:
         params = decode_params(request.params, NewSessionParams)
         _check_cwd(params.cwd)
         servers = codec.mcp_servers(params.mcp_servers)
-        opened = await self.kernel.execute(m.OpenSession(agent_id=self.config.agent))
+        opened = await self.kernel.execute(m.OpenSession(agent_id=self.config.agent), self.caller)
         state = await self.attach(opened.session.session_id, params.cwd, servers)
         return Answer({"sessionId": state.id, **self.setup(state)}, [await self.commands_update(state)])
 
@@ -105,7 +108,7 @@ class EditorSessions:
         params = decode_params(request.params, LoadSessionParams)
         servers = codec.mcp_servers(params.mcp_servers)
         await self.require_stored(params)
-        history = await self.kernel.execute(m.GetHistory(session_id=params.session_id))
+        history = await self.kernel.execute(m.GetHistory(session_id=params.session_id), self.caller)
         await self.write([update_line(history.session_id, u) for u in codec.history_updates(history.messages, params.cwd)])
         state = await self.attach(history.session_id, params.cwd, servers)
         return Answer(self.setup(state), [await self.commands_update(state)])
@@ -122,7 +125,7 @@ class EditorSessions:
         """The session to load or resume exists (in memory or in the store): else ``-32002``."""
         _check_cwd(params.cwd)
         try:
-            await self.kernel.execute(m.GetSession(session_id=params.session_id))
+            await self.kernel.execute(m.GetSession(session_id=params.session_id), self.caller)
         except KernelError as exc:
             raise RpcFailure(RESOURCE_NOT_FOUND, f"Session not found: {params.session_id}", {"code": exc.code}) from None
 
@@ -136,7 +139,7 @@ class EditorSessions:
         if state is not None:
             state.cwd = state.stream.cwd = cwd
         else:
-            follower = await Follower.open(self.kernel, session_id, client="acp")
+            follower = await Follower.open(self.kernel, session_id, client="acp", caller=self.caller)
             state = self.open[session_id] = SessionState(session_id, cwd, self.config.default_mode, self.config.context_window_tokens)
             self.follow(state, follower)
         had_tools = bool(state.tool_sources())
@@ -165,7 +168,7 @@ class EditorSessions:
         if had_tools or state.tool_sources():
             configure["tool_sources"] = state.tool_sources()
         try:
-            reply = await self.kernel.execute(m.ConfigureSession(session_id=session_id, **configure))
+            reply = await self.kernel.execute(m.ConfigureSession(session_id=session_id, **configure), self.caller)
         finally:
             if replaced is not None:  # stopped once the session no longer offers its tools
                 replaced.close()
@@ -186,7 +189,7 @@ class EditorSessions:
         await self.write([update_line(state.id, state.stream.show_terminal(call_id, terminal_id))])
 
     async def commands_update(self, state: SessionState) -> bytes:
-        reply = await self.kernel.execute(m.ListCommands(session_id=state.id))
+        reply = await self.kernel.execute(m.ListCommands(session_id=state.id), self.caller)
         commands = reply.commands if isinstance(reply, m.CommandList) else ()
         return update_line(state.id, codec.available_commands(commands))
 
@@ -206,7 +209,7 @@ class EditorSessions:
         if state is not None:
             await self.release(state)
         try:
-            await self.kernel.execute(m.DeleteSession(session_id=params.session_id))
+            await self.kernel.execute(m.DeleteSession(session_id=params.session_id), self.caller)
         except KernelError as exc:
             if exc.code != "not_found":
                 raise
@@ -234,8 +237,8 @@ class EditorSessions:
                 state.terminal, reset["tool_sources"] = None, ()
             try:
                 if reset:
-                    await self.kernel.execute(m.ConfigureSession(session_id=state.id, **reset))
-                await self.kernel.execute(m.CloseSession(session_id=state.id, if_unwatched=True))
+                    await self.kernel.execute(m.ConfigureSession(session_id=state.id, **reset), self.caller)
+                await self.kernel.execute(m.CloseSession(session_id=state.id, if_unwatched=True), self.caller)
             except KernelError as exc:
                 log.debug("acp: releasing session %s: %s", state.id, exc.message)
             if state.mcp is not None:
@@ -252,7 +255,7 @@ class EditorSessions:
             if prompt.done.is_set():
                 continue
             try:
-                await self.kernel.execute(m.Interrupt(session_id=state.id, target_request_id=prompt.request_id))
+                await self.kernel.execute(m.Interrupt(session_id=state.id, target_request_id=prompt.request_id), self.caller)
             except KernelError as exc:
                 log.debug("acp: interrupt %s: %s", prompt.request_id, exc.message)
 
@@ -262,7 +265,7 @@ class EditorSessions:
         params = decode_params(request.params, ListSessionsParams)
         if params.cwd is not None:
             _check_cwd(params.cwd)
-        reply = await self.kernel.execute(m.ListSessions())
+        reply = await self.kernel.execute(m.ListSessions(), self.caller)
         return session_meta.session_page(
             reply.sessions,
             cwd=params.cwd,
@@ -277,7 +280,7 @@ class EditorSessions:
         if self.open.get(state.id) is not state:
             return []  # released meanwhile: asking would load it again
         try:
-            reply = await self.kernel.execute(m.GetSession(session_id=state.id))
+            reply = await self.kernel.execute(m.GetSession(session_id=state.id), self.caller)
         except KernelError:  # deleted through another client
             return []
         if reply.session.title is None or reply.session.title == state.title:
@@ -296,7 +299,7 @@ class EditorSessions:
     async def set_model(self, request: Request) -> Answer:
         params = decode_params(request.params, SetModelParams)
         state = self.get(params.session_id)
-        await self.kernel.execute(m.ConfigureSession(session_id=state.id, model=params.model_id))
+        await self.kernel.execute(m.ConfigureSession(session_id=state.id, model=params.model_id), self.caller)
         return Answer({}, await self.options_update(state))
 
     async def set_config_option(self, request: Request) -> Answer:
@@ -308,9 +311,9 @@ class EditorSessions:
             state.mode = value
             after.append(update_line(state.id, CurrentModeUpdate(current_mode_id=value)))
         elif option == session_meta.MODEL_OPTION:
-            await self.kernel.execute(m.ConfigureSession(session_id=state.id, model=value))
+            await self.kernel.execute(m.ConfigureSession(session_id=state.id, model=value), self.caller)
         else:
-            await self.kernel.execute(m.ConfigureSession(session_id=state.id, max_turns=int(value)))
+            await self.kernel.execute(m.ConfigureSession(session_id=state.id, max_turns=int(value)), self.caller)
         state.options = await self.config_options(state)
         return Answer({"configOptions": state.options}, after)
 
@@ -324,7 +327,7 @@ class EditorSessions:
 
     async def config_options(self, state: SessionState, info: m.SessionInfo | None = None) -> tuple[SelectOption, ...]:
         if info is None:
-            reply = await self.kernel.execute(m.GetSession(session_id=state.id))
+            reply = await self.kernel.execute(m.GetSession(session_id=state.id), self.caller)
             info = reply.session
         settings = session_meta.SessionSettings(mode=state.mode, model=info.model, models=await self.models(info.agent_id), max_turns=info.max_turns)
         return session_meta.config_options(settings)
@@ -335,7 +338,7 @@ class EditorSessions:
         if agent_id not in self._models:
             with anyio.move_on_after(self.config.model_list_timeout_s) as waited:
                 try:
-                    reply = await self.kernel.execute(m.ListModels(agent_id=agent_id))
+                    reply = await self.kernel.execute(m.ListModels(agent_id=agent_id), self.caller)
                 except (KernelError, ProviderError) as exc:
                     log.warning("acp: the models of agent %s cannot be listed: %s", agent_id, exc)
                     return ()

@@ -148,6 +148,8 @@ ContentBlock = TextBlock | ImageBlock | AudioBlock | ResourceBlock | ResourceLin
 class PromptParams(msgspec.Struct, rename="camel"):
     session_id: str
     prompt: list[ContentBlock]
+    # ACP's extension point; ``_meta.traceparent`` is the editor's W3C trace context.
+    meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
 class SessionParams(msgspec.Struct, rename="camel"):

@@ -65,7 +65,7 @@ class AgentCliTransport:
             kernel.agent(config.agent)  # an unknown agent is a start-up error, not a per-connection one
         except KernelError as exc:
             raise ConfigError(f"[transports.agent_cli] agent: {exc.message}") from None
-        router = Router(config)
+        router = Router(config, keys=kernel, transport=self.name)
         router.websocket(config.path, partial(_serve_connection, kernel, config))
         add_health_routes(router, kernel)
         await serve_http(
@@ -84,11 +84,11 @@ async def _serve_connection(kernel: Kernel, config: AgentCliConfig, ws: WebSocke
         return
     ws.send_timeout_s = kernel.settings.session.lag_grace_s  # a client that stops reading is cut off
     try:
-        opened = await kernel.execute(m.OpenSession(agent_id=config.agent))
+        opened = await kernel.execute(m.OpenSession(agent_id=config.agent), ws.caller)
         session_id = opened.session.session_id
         # approval_timeout_s = 0: the kernel's own timeout applies (left unchanged).
         timeout_s = config.approval_timeout_s if config.approval_timeout_s > 0 else msgspec.UNSET
-        await kernel.execute(m.ConfigureSession(session_id=session_id, max_turns=config.max_turns, approval_timeout_s=timeout_s))
+        await kernel.execute(m.ConfigureSession(session_id=session_id, max_turns=config.max_turns, approval_timeout_s=timeout_s), ws.caller)
     except KernelError as exc:
         log.error("agent-cli: cannot open a session: %s", exc.message)
         await ws.close(CLOSE_INTERNAL_ERROR, "cannot open a session")
@@ -102,6 +102,8 @@ class _Connection:
         self.config = config
         self.ws = ws
         self.session_id = session_id
+        # Who opened the socket (its upgrade request's key): the session is theirs.
+        self.caller = ws.caller
         limits = Limits(max_file_bytes=config.max_file_bytes, max_image_bytes=config.max_image_bytes, max_parts=config.max_input_parts)
         self.codec = AgentCliCodec(
             session_id,
@@ -115,7 +117,7 @@ class _Connection:
         self.commands = anyio.Semaphore(MAX_CONCURRENT_COMMANDS)
 
     async def run(self) -> None:
-        follower = await Follower.open(self.kernel, self.session_id, client="agent-cli")
+        follower = await Follower.open(self.kernel, self.session_id, client="agent-cli", caller=self.caller)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self.write_events, follower)
@@ -143,7 +145,7 @@ class _Connection:
     async def busy(self) -> bool:
         """Whether a run of the session is going or waiting (an idle connection is kept then)."""
         try:
-            info = await self.kernel.find_session(self.session_id)
+            info = await self.kernel.find_session(self.session_id, self.caller)
         except KernelError:
             return False
         return info is not None and info.busy
@@ -166,7 +168,7 @@ class _Connection:
 
     async def execute(self, incoming: Incoming) -> None:
         try:
-            reply = await self.kernel.execute(incoming.command)
+            reply = await self.kernel.execute(incoming.command, self.caller)
         except KernelError as exc:
             frames = self.codec.on_error(incoming, exc)
         except Exception as exc:  # a plugin's command or tool bug must not end the connection
@@ -206,6 +208,6 @@ class _Connection:
         """
         follower.close()
         try:
-            await self.kernel.execute(m.CloseSession(session_id=self.session_id, if_unwatched=True))
+            await self.kernel.execute(m.CloseSession(session_id=self.session_id, if_unwatched=True), self.caller)
         except KernelError as exc:  # e.g. deleted meanwhile by another client
             log.debug("agent-cli: closing session %s: %s", self.session_id, exc.message)

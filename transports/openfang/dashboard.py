@@ -33,9 +33,9 @@ from transports.shared import (
     Router,
     extract_token,
     json_response,
+    resolve_principal,
     resolve_token,
     static_response,
-    token_matches,
 )
 
 from .config import OpenFangConfig
@@ -106,13 +106,14 @@ class OpenFangDashboard:
         if self.config.dashboard_dir:
             DashboardFiles(self.config.dashboard_dir).register(router)
 
-    async def _sessions(self) -> tuple[m.SessionInfo, ...]:
-        listing = await guarded(self.kernel.execute(m.ListSessions()))
+    async def _sessions(self, caller: m.Caller) -> tuple[m.SessionInfo, ...]:
+        """The caller's sessions (the admin's: everyone's)."""
+        listing = await guarded(self.kernel.execute(m.ListSessions(), caller))
         return listing.sessions
 
     # ---------------------------------------------------------- models and providers
 
-    async def _catalog(self) -> tuple[list[m.ModelInfo], dict[str, ProviderFacts]]:
+    async def _catalog(self, caller: m.Caller) -> tuple[list[m.ModelInfo], dict[str, ProviderFacts]]:
         """Every agent's model and what its provider offers (asked once per provider)."""
         settings = self.kernel.settings_view()
         facts: dict[str, ProviderFacts] = {}
@@ -122,7 +123,7 @@ class OpenFangDashboard:
             if info.provider not in facts:
                 facts[info.provider] = provider_facts(info.provider, settings)
                 try:
-                    listing = await self.kernel.execute(m.ListModels(agent_id=info.id))
+                    listing = await self.kernel.execute(m.ListModels(agent_id=info.id), caller)
                 except m.KernelError as exc:  # an upstream without a model list, or unreachable
                     log.warning("models of provider %s: %s", info.provider, exc.message)
                 else:
@@ -131,19 +132,19 @@ class OpenFangDashboard:
         return list(found.values()), facts
 
     async def models(self, request: Request) -> Response:
-        models, facts = await self._catalog()
+        models, facts = await self._catalog(request.caller)
         available = request.query.get("available", "") in ("true", "1")
         body = models_json(models, facts, self.config.context_window_tokens, provider=request.query.get("provider"), available_only=available)
         return json_response(200, body)
 
     async def providers(self, request: Request) -> Response:
-        models, facts = await self._catalog()
+        models, facts = await self._catalog(request.caller)
         counts = {name: sum(1 for model in models if model.provider == name) for name in facts}
         return json_response(200, providers_json([(entry, counts[name]) for name, entry in facts.items()]))
 
     async def get_model(self, request: Request) -> Response:
         agent_id = self.agents.resolve(request.path_params["id"])
-        session = await guarded(self.sessions.open_active(agent_id))
+        session = await guarded(self.sessions.open_active(agent_id, request.caller))
         return json_response(200, agent_model_json(session, self.kernel.provider_name(self.kernel.agent(agent_id))))
 
     async def set_model(self, request: Request) -> Response:
@@ -161,8 +162,8 @@ class OpenFangDashboard:
         wanted = body.provider or (prefix if slash and prefix.lower() in known else provider)
         if wanted.lower() != provider.lower():
             raise HttpError(400, f"This agent's provider is {provider}; providers are configured in gateway.toml", code="invalid_request")
-        session = await guarded(self.sessions.open_active(agent_id))
-        reply = await guarded(self.kernel.execute(m.ConfigureSession(session_id=session.session_id, model=model)))
+        session = await guarded(self.sessions.open_active(agent_id, request.caller))
+        reply = await guarded(self.kernel.execute(m.ConfigureSession(session_id=session.session_id, model=model), request.caller))
         return json_response(200, agent_model_json(reply.session, provider))
 
     # ---------------------------------------------------------- tools, usage, config
@@ -172,32 +173,34 @@ class OpenFangDashboard:
         return json_response(200, agent_tools_json(agent.tools, self.kernel.agent_info(agent).tools))
 
     async def tools(self, request: Request) -> Response:
-        listing = await guarded(self.kernel.execute(m.ListTools()))
+        listing = await guarded(self.kernel.execute(m.ListTools(), request.caller))
         return json_response(200, tools_json(listing.tools))
 
     async def usage(self, request: Request) -> Response:
-        return json_response(200, usage_json(self.agents.infos(), await self._sessions()))
+        return json_response(200, usage_json(self.agents.infos(), await self._sessions(request.caller)))
 
     async def usage_summary(self, request: Request) -> Response:
-        return json_response(200, usage_summary_json(await self._sessions()))
+        return json_response(200, usage_summary_json(await self._sessions(request.caller)))
 
     async def usage_by_model(self, request: Request) -> Response:
-        return json_response(200, usage_by_model_json(await self._sessions()))
+        return json_response(200, usage_by_model_json(await self._sessions(request.caller)))
 
     async def mcp_servers(self, request: Request) -> Response:
-        listing = await guarded(self.kernel.execute(m.ListTools()))
-        configured = self.kernel.settings_view().get("tools", {}).get("mcp", [])
+        listing = await guarded(self.kernel.execute(m.ListTools(), request.caller))
+        # The servers' configuration is the settings': the admin's to read (secrets masked).
+        configured = (await guarded(self.kernel.execute(m.GetSettings(), request.caller))).settings.get("tools", {}).get("mcp", [])
         return json_response(200, mcp_servers_json(configured, listing.tools))
 
     async def config_summary(self, request: Request) -> Response:
         default = self.kernel.agent_info(self.kernel.agent(None))
-        return json_response(200, config_json(self.kernel.settings_view(), default, token_set=self.token is not None))
+        settings = (await guarded(self.kernel.execute(m.GetSettings(), request.caller))).settings  # the admin's to read
+        return json_response(200, config_json(settings, default, token_set=self.token is not None))
 
     async def templates(self, request: Request) -> Response:
         return json_response(200, TEMPLATES_JSON)
 
     async def auth_check(self, request: Request) -> Response:
-        authenticated = self.token is None or token_matches(extract_token(request.headers, request.query), self.token)
+        authenticated = await resolve_principal(extract_token(request.headers, request.query), self.token, self.kernel) is not None
         return json_response(200, auth_check_json(authenticated))
 
     # ---------------------------------------------------------- approvals
@@ -205,7 +208,7 @@ class OpenFangDashboard:
     async def approvals(self, request: Request) -> Response:
         names = {info.id: info.name for info in self.agents.infos()}
         timeout = self.kernel.settings.session.approval_timeout_s
-        return json_response(200, approvals_json(pending_approvals(await self._sessions()), names, timeout))
+        return json_response(200, approvals_json(pending_approvals(await self._sessions(request.caller)), names, timeout))
 
     async def approve(self, request: Request) -> Response:
         return await self._decide(request, approved=True)
@@ -217,14 +220,14 @@ class OpenFangDashboard:
         wanted = canonical_uuid(request.path_params["aid"])
         if wanted is None:
             raise HttpError(400, "Invalid approval ID", code="invalid_request")
-        for info in pending_approvals(await self._sessions()):
+        for info in pending_approvals(await self._sessions(request.caller)):
             assert info.pending_call_id is not None
             if approval_id(info.session_id, info.pending_call_id) != wanted:
                 continue
             reason = None if approved else DASHBOARD_REJECTION
             command = m.ResolveToolApproval(session_id=info.session_id, call_id=info.pending_call_id, approved=approved, reason=reason)
             try:
-                await self.kernel.execute(command)
+                await self.kernel.execute(command, request.caller)
             except m.KernelError as exc:  # answered (or timed out) meanwhile
                 raise HttpError(404, exc.message, code="not_found") from None
             return json_response(200, decision_json(wanted, approved, time.time()))

@@ -41,6 +41,7 @@ from transports.shared import (
     serve_http,
 )
 
+from .a2a import OpenFangA2A
 from .codec import Connection, LocalCommand, SessionFacts, idle_closed, rate_limited, too_large
 from .config import OpenFangConfig
 from .dashboard import OpenFangDashboard
@@ -59,7 +60,7 @@ def wants_console(config: OpenFangConfig) -> bool:
 def build_app(kernel: Kernel, config: OpenFangConfig, console: ConsoleFactory | None = None) -> Router:
     """The ASGI application of the dialect (usable with any ASGI server), with the console
     behind it when one is given and the config wants it."""
-    router = Router(config)
+    router = Router(config, keys=kernel, transport=OpenFangTransport.name)
     if console is not None and wants_console(config):
         router.fallback = console(kernel, config)
     agents = Agents(kernel)
@@ -67,6 +68,7 @@ def build_app(kernel: Kernel, config: OpenFangConfig, console: ConsoleFactory | 
     uploads = UploadStore(max_bytes=config.upload_store_bytes, ttl_s=config.upload_ttl_s)
     OpenFangRest(kernel, config, agents=agents, sessions=sessions, uploads=uploads).register(router)
     OpenFangDashboard(kernel, config, agents=agents, sessions=sessions).register(router)
+    OpenFangA2A(kernel, config).register(router)
     add_health_routes(router, kernel)
     add_metrics_route(router, kernel.observers.metrics)
 
@@ -107,6 +109,8 @@ class AgentSocket:
         self.agents = agents
         self.sessions = sessions
         self.uploads = uploads
+        # Who opened the socket (its upgrade request's key): every command and follower is theirs.
+        self.caller = ws.caller
         self.codec = Connection(
             agent_id,
             approval=config.socket_policy,
@@ -157,32 +161,32 @@ class AgentSocket:
 
     async def _open(self, session_id: str) -> None:
         """Create the session, or load it: it is used from now on."""
-        await self.kernel.execute(m.OpenSession(session_id=session_id, agent_id=self.agent_id))
+        await self.kernel.execute(m.OpenSession(session_id=session_id, agent_id=self.agent_id), self.caller)
 
     async def _prompt(self, prompt: m.Prompt) -> list[ServerEvent]:
         session_id = await self._session_for(prompt.session_id, last=False)
         await self._open(session_id)
-        self.sessions.touch(self.agent_id, session_id)
+        self.sessions.touch(self.agent_id, session_id, self.caller)
         if not self.codec.follows(session_id):
             await self._follow(session_id)
-        await self.kernel.execute(self.codec.sending(prompt, session_id))
+        await self.kernel.execute(self.codec.sending(prompt, session_id), self.caller)
         return []
 
     async def _session_for(self, requested: str | None, *, last: bool = True) -> str:
         """The kernel id of a frame's session: the one it names (``session_id``, any id),
         else (for a command) the last one prompted, else the agent's active one."""
         if requested is not None:
-            return await self.sessions.named(self.agent_id, requested)
+            return await self.sessions.named(self.agent_id, requested, self.caller)
         if last and self.codec.last_session is not None:
             return self.codec.last_session
-        return await self.sessions.get(self.agent_id)
+        return await self.sessions.get(self.agent_id, self.caller)
 
     async def _command(self, command: m.Command, name: str) -> list[ServerEvent]:
         reply: m.Reply | m.KernelError
         try:
             session_id = await self._session_for(command.session_id)
             await self._open(session_id)
-            reply = await self.kernel.execute(msgspec.structs.replace(command, session_id=session_id))
+            reply = await self.kernel.execute(msgspec.structs.replace(command, session_id=session_id), self.caller)
         except m.KernelError as exc:
             reply = exc
         return self.codec.answered(name, reply)
@@ -190,7 +194,7 @@ class AgentSocket:
     async def _facts(self, command: LocalCommand) -> SessionFacts:
         session_id = await self._session_for(command.session_id)
         try:
-            reply = await self.kernel.execute(m.GetSession(session_id=session_id))
+            reply = await self.kernel.execute(m.GetSession(session_id=session_id), self.caller)
             info: m.SessionInfo | None = reply.session
         except m.KernelError:  # not created yet
             info = None
@@ -206,7 +210,7 @@ class AgentSocket:
     async def _follow(self, session_id: str) -> None:
         """Subscribe to a session (once) before the first prompt goes to it."""
         assert self._tg is not None
-        follower = await Follower.open(self.kernel, session_id, client="openfang")
+        follower = await Follower.open(self.kernel, session_id, client="openfang", caller=self.caller)
         self.codec.follow(session_id)
         self._tg.start_soon(self._forward, follower)
 
@@ -224,7 +228,7 @@ class AgentSocket:
             with anyio.CancelScope(shield=True):
                 for decline in self.codec.unfollow(session_id):
                     try:
-                        await self.kernel.execute(decline)
+                        await self.kernel.execute(decline, self.caller)
                     except m.KernelError:
                         pass  # answered meanwhile, or the session is gone
 

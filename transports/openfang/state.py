@@ -52,67 +52,66 @@ class Agents:
 
 
 class ActiveSessions:
-    """The active session of each agent (OpenFang keeps one per agent)."""
+    """The active session of each agent (OpenFang keeps one per agent) — per key: each
+    principal has its own active session of an agent, among its own sessions, so two keys
+    on one gateway never land in each other's conversation."""
 
     def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel
-        self._active: dict[str, str] = {}
-        self._touched: dict[str, set[str]] = {}
+        self._active: dict[tuple[str, str], str] = {}
+        self._touched: dict[tuple[str, str], set[str]] = {}
         self._lock = anyio.Lock()
 
-    async def get(self, agent_id: str) -> str:
-        """The agent's active session id: the newest stored one, or a new one."""
-        current = self._active.get(agent_id)
+    @staticmethod
+    def _key(caller: m.Caller, agent_id: str) -> tuple[str, str]:
+        return caller.principal.name, agent_id
+
+    async def get(self, agent_id: str, caller: m.Caller) -> str:
+        """The agent's active session id for the caller: its newest stored one, or a new one."""
+        key = self._key(caller, agent_id)
+        current = self._active.get(key)
         if current is not None:
             return current
         async with self._lock:
-            current = self._active.get(agent_id)
+            current = self._active.get(key)
             if current is None:
-                listing = await self.kernel.execute(m.ListSessions(agent_id=agent_id))
+                listing = await self.kernel.execute(m.ListSessions(agent_id=agent_id), caller)
                 if listing.sessions:
                     current = max(listing.sessions, key=lambda s: s.created_at).session_id
                 else:
-                    current = (await self.create(agent_id)).session_id
-                self.switch(agent_id, current)
+                    current = (await self.create(agent_id, caller)).session_id
+                self.switch(agent_id, current, caller)
             return current
 
-    async def open_active(self, agent_id: str) -> m.SessionInfo:
+    async def open_active(self, agent_id: str, caller: m.Caller) -> m.SessionInfo:
         """The agent's active session, live (made anew if it was deleted elsewhere)."""
-        opened = await self.kernel.execute(m.OpenSession(session_id=await self.get(agent_id), agent_id=agent_id))
+        opened = await self.kernel.execute(m.OpenSession(session_id=await self.get(agent_id, caller), agent_id=agent_id), caller)
         return opened.session
 
-    async def create(self, agent_id: str, label: str | None = None) -> m.SessionInfo:
-        """A new session for the agent, which becomes its active one."""
-        opened = await self.kernel.execute(m.OpenSession(session_id=new_session_id(), agent_id=agent_id, label=label))
-        self.switch(agent_id, opened.session.session_id)
+    async def create(self, agent_id: str, caller: m.Caller, label: str | None = None) -> m.SessionInfo:
+        """A new session for the agent, which becomes the caller's active one."""
+        opened = await self.kernel.execute(m.OpenSession(session_id=new_session_id(), agent_id=agent_id, label=label), caller)
+        self.switch(agent_id, opened.session.session_id, caller)
         return opened.session
 
-    def switch(self, agent_id: str, session_id: str) -> None:
-        self._active[agent_id] = session_id
-        self.touch(agent_id, session_id)
+    def switch(self, agent_id: str, session_id: str, caller: m.Caller) -> None:
+        self._active[self._key(caller, agent_id)] = session_id
+        self.touch(agent_id, session_id, caller)
 
-    async def find(self, public_id: str, agent_id: str | None = None) -> m.SessionInfo | None:
-        """The session shown as ``public_id`` (a canonical UUID), None if there is none.
+    async def find(self, public_id: str, caller: m.Caller, agent_id: str | None = None) -> m.SessionInfo | None:
+        """The session shown as ``public_id`` (a canonical UUID), None if there is none (or it
+        is another key's).
 
         Usually the session of that very id; else the one it is the public id of (a
         non-UUID or 32-hex id), looked for among ``agent_id``'s sessions (all without).
         """
-        found = await self._get(public_id)
+        found = await self.kernel.find_session(public_id, caller)
         if found is not None:
             return found
-        listing = await self.kernel.execute(m.ListSessions(agent_id=agent_id))
+        listing = await self.kernel.execute(m.ListSessions(agent_id=agent_id), caller)
         return next((info for info in listing.sessions if public_session_id(info.session_id) == public_id), None)
 
-    async def _get(self, session_id: str) -> m.SessionInfo | None:
-        try:
-            reply = await self.kernel.execute(m.GetSession(session_id=session_id))
-        except m.KernelError as exc:
-            if exc.code != "not_found":
-                raise
-            return None
-        return reply.session
-
-    async def named(self, agent_id: str, name: str) -> str:
+    async def named(self, agent_id: str, name: str, caller: m.Caller) -> str:
         """The kernel id of the session a body or frame names (our ``session_id`` extension).
 
         A UUID is a public id: the session shown as it (made under it when there is none).
@@ -122,30 +121,34 @@ class ActiveSessions:
         wanted = canonical_uuid(name)
         if wanted is None:
             return name
-        found = await self.find(wanted, agent_id)
+        found = await self.find(wanted, caller, agent_id)
         return found.session_id if found is not None else wanted
 
-    def active_ids(self) -> set[str]:
-        """The sessions that are some agent's active one now."""
-        return set(self._active.values())
+    def active_ids(self, caller: m.Caller) -> set[str]:
+        """The sessions that are one of the caller's agents' active one now."""
+        name = caller.principal.name
+        return {session_id for (owner, _), session_id in self._active.items() if owner == name}
 
-    def touch(self, agent_id: str, session_id: str) -> None:
+    def touch(self, agent_id: str, session_id: str, caller: m.Caller) -> None:
         """Remember that this transport prompted ``session_id`` for the agent (see ``used``)."""
-        self._touched.setdefault(agent_id, set()).add(session_id)
+        self._touched.setdefault(self._key(caller, agent_id), set()).add(session_id)
 
-    def used(self, agent_id: str) -> list[str]:
-        """The agent's sessions used through this transport.
+    def used(self, agent_id: str, caller: m.Caller) -> list[str]:
+        """The agent's sessions the caller used through this transport.
 
         ``POST /stop`` interrupts these: runs of the same agent started through other
-        transports (another user's Agent-CLI session, say) are not ours to stop.
+        transports (another user's Agent-CLI session, say), or by another key, are not ours
+        to stop.
         """
-        return list(self._touched.get(agent_id, ()))
+        return list(self._touched.get(self._key(caller, agent_id), ()))
 
     def forget(self, agent_id: str, session_id: str) -> None:
         """A session that no longer exists (deleted): not ours to stop, nor active any more."""
-        self._touched.get(agent_id, set()).discard(session_id)
-        if self._active.get(agent_id) == session_id:
-            del self._active[agent_id]
+        for key, touched in self._touched.items():
+            if key[1] == agent_id:
+                touched.discard(session_id)
+        for key in [key for key, active in self._active.items() if key[1] == agent_id and active == session_id]:
+            del self._active[key]
 
 
 class UploadStore:

@@ -41,8 +41,11 @@ class PacketBackend:
         facts: Callable[[], dict[str, Any]] | None = None,
         abandon_grace_s: float = 5.0,
         settings_file: SettingsFile | None = None,
+        caller: m.Caller = m.LOCAL_CALLER,
     ) -> None:
         self.kernel = kernel
+        # Who the app acts as (the admin, unless its section configures a key).
+        self.caller = caller
         self.settings_file = settings_file
         self._settings_saved = anyio.Lock()  # the file is written in the order the kernel applied the changes
         self.policy = policy
@@ -58,7 +61,7 @@ class PacketBackend:
 
     async def open(self) -> None:
         """Create (or load) the conversation's session, with its agent."""
-        await self.kernel.execute(m.OpenSession(session_id=self.session_id, agent_id=self.agent_id))
+        await self.kernel.execute(m.OpenSession(session_id=self.session_id, agent_id=self.agent_id), self.caller)
 
     async def handle(self, packet_type: Any, body: Any) -> Answer:
         """Answer one packet; never raises (a cancelled caller aside)."""
@@ -93,7 +96,7 @@ class PacketBackend:
                 return await self._set_settings(request)
             if isinstance(request, (m.ExecuteTool, m.GetHistory, m.SaveHistory)):
                 await self.open()  # these would make a session of the default agent
-            reply = await self.kernel.execute(request)
+            reply = await self.kernel.execute(request, self.caller)
             if isinstance(reply, m.StatusReport):
                 return codec.ok(codec.status_data(reply, self.kernel.settings_view(), self.facts()))
             app = self.settings_file.app_settings() if self.settings_file is not None else None
@@ -112,7 +115,7 @@ class PacketBackend:
             keys = ", ".join(update.app)
             return codec.fail(f"{keys}: kept in a BackendServer's config_file; this packet endpoint has none")
         async with self._settings_saved:
-            reply = await self.kernel.execute(update.command)
+            reply = await self.kernel.execute(update.command, self.caller)
             if self.settings_file is not None:
                 settings_file = self.settings_file
                 content = settings_file.content(self.kernel.settings, update.command.changes, update.app)
@@ -127,7 +130,7 @@ class PacketBackend:
             if self.closing:
                 return codec.fail(codec.SHUT_DOWN)
             prompt = msgspec.structs.replace(prompt, agent_id=self.agent_id)
-            async with await RunFollower.start(self.kernel, prompt, policy=self.policy, client="packet") as run:
+            async with await RunFollower.start(self.kernel, prompt, policy=self.policy, client="packet", caller=self.caller) as run:
                 collector = codec.RunCollector()
                 answer: Answer | None = None
                 try:

@@ -32,6 +32,9 @@ class PacketConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     session_id: str = "packet"
     #: Agent name or id for that conversation (None: the first agent).
     agent: str | None = None
+    #: An API key this process acts with (else ``$GATEWAY_API_KEY``; neither: the admin) —
+    #: then it sees and does only what that key may (docs/security.md).
+    api_key: str | None = None
     #: Default wait of ``connect()`` handles.
     timeout_s: float = 30.0
     #: Tool calls that need approval: ``"reject"``, ``"approve"``, or a table

@@ -26,6 +26,7 @@ from anyio.abc import TaskStatus
 from anyio.from_thread import BlockingPortal
 
 from kernel import Kernel
+from transports.shared import local_caller
 
 from . import codec
 from .backend import PacketBackend
@@ -141,7 +142,10 @@ class PacketTransport:
     async def serve(self, kernel: Kernel, config: PacketConfig, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED) -> None:
         facts = {"endpoint": config.endpoint, "session_id": config.session_id, "timeout_s": config.timeout_s, "db_path": kernel.settings.store.path}
         policy = approval_policy(config.tool_approval)
-        backend = PacketBackend(kernel, policy=policy, session_id=config.session_id, agent=config.agent, facts=lambda: dict(facts))
+        caller = await local_caller(kernel, config.api_key, self.name)  # the admin, unless a key is configured
+        backend = PacketBackend(
+            kernel, policy=policy, session_id=config.session_id, agent=config.agent, facts=lambda: dict(facts), caller=caller
+        )
         await backend.open()
         ENDPOINTS.reserve(config.endpoint)
         try:

@@ -25,14 +25,14 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "._lines": ("LineReader", "LineTooLong", "LineWriter"),
     "._router": ("HttpHandler", "Router", "WebSocketHandler"),
     "._security": (
-        "ANONYMOUS", "KeyResolver", "resolve_caller", "resolve_principal", "traceparent_of",
+        "ANONYMOUS", "API_KEY_ENV_VAR", "KeyResolver", "local_caller", "resolve_caller", "resolve_principal", "traceparent_of",
         "TOKEN_COOKIE", "ClientLimiter", "SlidingWindowLimiter", "cookie_value", "extract_token", "host_allowed", "host_name",
         "origin_allowed", "same_origin", "token_cookie", "token_cookie_name", "token_matches",
     ),
     "._serve": ("base_url", "build_hypercorn_config", "serve_asgi", "serve_http", "stalled_peer_timeout_s"),
     "._sse": ("SSEStream", "format_sse", "open_sse", "wait_disconnect", "write_frames"),
     "._static": ("PAGE_HEADERS", "page_url", "static_response"),
-    "._tasks": ("RunTask", "TaskBook", "TaskState", "end_state", "session_of", "task_from_history"),
+    "._tasks": ("RunTask", "TaskBook", "TaskFollower", "TaskState", "end_state", "session_of", "task_from_history"),
     "._tcplines": ("LineConnection", "LineServerConfig", "LineSplitter", "serve_lines"),
     "._websocket": (
         "CLOSE_GOING_AWAY", "CLOSE_INTERNAL_ERROR", "CLOSE_NORMAL", "CLOSE_POLICY_VIOLATION", "CLOSE_TOO_BIG",
@@ -70,6 +70,8 @@ if TYPE_CHECKING:
     from ._router import Router as Router
     from ._router import WebSocketHandler as WebSocketHandler
     from ._security import ANONYMOUS as ANONYMOUS
+    from ._security import API_KEY_ENV_VAR as API_KEY_ENV_VAR
+    from ._security import local_caller as local_caller
     from ._security import TOKEN_COOKIE as TOKEN_COOKIE
     from ._security import ClientLimiter as ClientLimiter
     from ._security import KeyResolver as KeyResolver
@@ -101,6 +103,7 @@ if TYPE_CHECKING:
     from ._static import static_response as static_response
     from ._tasks import RunTask as RunTask
     from ._tasks import TaskBook as TaskBook
+    from ._tasks import TaskFollower as TaskFollower
     from ._tasks import TaskState as TaskState
     from ._tasks import end_state as end_state
     from ._tasks import session_of as session_of

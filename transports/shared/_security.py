@@ -7,6 +7,7 @@ non-HTTP transports (a token check is a token check on any wire).
 from __future__ import annotations
 
 import hmac
+import os
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Protocol
@@ -18,12 +19,14 @@ from kernel.model import ADMIN, Caller, Principal
 
 __all__ = [
     "ANONYMOUS",
+    "API_KEY_ENV_VAR",
     "TOKEN_COOKIE",
     "ClientLimiter",
     "KeyResolver",
     "SlidingWindowLimiter",
     "cookie_value",
     "extract_token",
+    "local_caller",
     "origin_allowed",
     "resolve_caller",
     "resolve_principal",
@@ -178,6 +181,27 @@ async def resolve_caller(
     if principal is None:
         return None
     return Caller(principal=principal, transport=transport, traceparent=traceparent_of(headers))
+
+
+#: The environment variable a local transport (stdio, ACP, Packet) reads its API key from
+#: when its section sets none: an editor launching ``gateway serve --transport acp`` sets it.
+API_KEY_ENV_VAR = "GATEWAY_API_KEY"
+
+
+async def local_caller(
+    keys: KeyResolver, api_key: str | None, transport: str, environ: Mapping[str, str] | None = None
+) -> Caller:
+    """The caller of a local transport: the admin (the person who started the process), or
+    the key its configuration (``api_key``, else ``$GATEWAY_API_KEY``) names — then the
+    process sees and does only what that key may. A key that is unknown or revoked is a
+    start-up error (``ValueError``), never a silent fall-back to the admin."""
+    secret = api_key or (os.environ if environ is None else environ).get(API_KEY_ENV_VAR) or None
+    if secret is None:
+        return Caller(principal=ADMIN, transport=transport)
+    principal = await keys.authenticate(secret)
+    if principal is None:
+        raise ValueError(f"[transports.{transport}] the configured API key (api_key or ${API_KEY_ENV_VAR}) is unknown, revoked or expired")
+    return Caller(principal=principal, transport=transport)
 
 
 def _origin_parts(value: str) -> tuple[str, str, int | None] | None:

@@ -15,6 +15,9 @@ class StdioConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     session_id: str | None = None
     agent: str | None = None
+    #: An API key this process acts with (else ``$GATEWAY_API_KEY``; neither: the admin) —
+    #: then it sees and does only what that key may (docs/security.md).
+    api_key: str | None = None
     max_line_bytes: int = 1_048_576
     eof_grace_s: float = 30.0
     max_concurrent_commands: int = 32

@@ -18,7 +18,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from kernel import Follower, Kernel, KernelError, RunWatch
 from kernel import model as m
 from transports.base import BannerLine
-from transports.shared import LineReader, LineTooLong, LineWriter
+from transports.shared import LineReader, LineTooLong, LineWriter, local_caller
 
 from .codec import StdioCodec
 from .config import StdioConfig
@@ -42,11 +42,12 @@ class StdioTransport:
         self.stdout_fd = stdout_fd
 
     async def serve(self, kernel: Kernel, config: StdioConfig, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED) -> None:
+        caller = await local_caller(kernel, config.api_key, self.name)  # the admin, unless a key is configured
         writer = LineWriter(self.stdout_fd)
         try:
-            opened = await kernel.execute(m.OpenSession(session_id=config.session_id, agent_id=config.agent))
+            opened = await kernel.execute(m.OpenSession(session_id=config.session_id, agent_id=config.agent), caller)
             codec = StdioCodec(opened.session.session_id, approval=config.approval())
-            await _Connection(kernel, config, self.stdin_fd, writer, codec).run(opened.session, task_status)
+            await _Connection(kernel, config, self.stdin_fd, writer, codec, caller).run(opened.session, task_status)
         finally:
             writer.close()
 
@@ -103,8 +104,12 @@ class _OwnRuns:
 
 
 class _Connection:
-    def __init__(self, kernel: Kernel, config: StdioConfig, stdin_fd: int, writer: LineWriter, codec: StdioCodec) -> None:
+    def __init__(
+        self, kernel: Kernel, config: StdioConfig, stdin_fd: int, writer: LineWriter, codec: StdioCodec, caller: m.Caller = m.LOCAL_CALLER
+    ) -> None:
         self.kernel = kernel
+        # Who the process acts as: every command and follower of this client is theirs.
+        self.caller = caller
         self.stdin_fd = stdin_fd
         self.config = config
         self.writer = writer
@@ -153,9 +158,9 @@ class _Connection:
         session_id = command.session_id
         if session_id is not None and session_id not in self.followers and not isinstance(command, (m.OpenSession, m.DeleteSession)):
             if isinstance(command, m.Prompt):
-                await self.kernel.execute(m.OpenSession(session_id=session_id, agent_id=command.agent_id))
+                await self.kernel.execute(m.OpenSession(session_id=session_id, agent_id=command.agent_id), self.caller)
             await self.follow(session_id, forwarders)
-        reply = await self.kernel.execute(command)
+        reply = await self.kernel.execute(command, self.caller)
         if isinstance(reply, m.Accepted):
             self.runs.started(reply, command.request_id)
         elif isinstance(reply, m.SessionOpened) and isinstance(command, m.OpenSession):
@@ -167,7 +172,7 @@ class _Connection:
         if session_id in self.followers:
             return
         try:
-            follower = await Follower.open(self.kernel, session_id, after_seq, client="stdio")
+            follower = await Follower.open(self.kernel, session_id, after_seq, client="stdio", caller=self.caller)
         except KernelError:
             return  # the command itself says what is wrong
         if session_id in self.followers:  # another command followed it meanwhile
@@ -212,7 +217,7 @@ class _Connection:
         log.info("stdin closed: interrupting runs still going after %.0fs", self.config.eof_grace_s)
         for session_id, run_id in self.runs.running():
             try:
-                await self.kernel.execute(m.Interrupt(session_id=session_id, run_id=run_id))
+                await self.kernel.execute(m.Interrupt(session_id=session_id, run_id=run_id), self.caller)
             except KernelError:
                 self.runs.drop(run_id)  # over already, or its session is gone
         await self.runs.ended(anyio.current_time() + INTERRUPTED_GRACE_S)
