@@ -20,7 +20,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskStatus
 
-from kernel import Follower, Kernel, KernelError, RunWatch
+from kernel import Kernel, KernelError
 from kernel import model as m
 from transports.base import BannerLine
 from transports.shared import (
@@ -31,6 +31,7 @@ from transports.shared import (
     Router,
     RunTask,
     TaskBook,
+    TaskFollower,
     format_sse,
     json_response,
     open_sse,
@@ -76,22 +77,13 @@ def view_of(task: RunTask) -> codec.TaskView:
     )
 
 
-def _mirror(task: RunTask) -> RunTask:
-    """A stream's own copy of a task, moved on by the stream's events."""
-    copy = RunTask(task.task_id, task.session_id, prompt=task.prompt, run_id=task.run_id)
-    copy.chunks, copy.state, copy.question, copy.error = list(task.chunks), task.state, task.question, task.error
-    return copy
-
-
 class _Run:
-    """One request's view of a run: its follower, the events that are the run's, the task as
-    they leave it, and the stream events they make."""
+    """One request's stream of a task: the run's events (a TaskFollower) as A2A stream events."""
 
-    def __init__(self, follower: Follower, task: RunTask, *, fresh: bool = False) -> None:
-        self.follower = follower
-        self.task = task
-        self.watch = RunWatch(task.task_id, task.run_id)
-        self.encoder = codec.StreamEncoder(task.task_id, task.session_id, sent_text=bool(task.chunks) and not fresh)
+    def __init__(self, feed: TaskFollower, *, fresh: bool = False) -> None:
+        self.feed = feed
+        self.task = feed.task
+        self.encoder = codec.StreamEncoder(self.task.task_id, self.task.session_id, sent_text=bool(self.task.chunks) and not fresh)
 
     def first(self) -> list[w.StreamResponse]:
         """The Task as it stands (every stream begins with it); the stream is done at once
@@ -100,23 +92,11 @@ class _Run:
             self.encoder.done = True
         return [w.StreamResponse(task=codec.task_out(view_of(self.task)))]
 
-    def feed(self, batch: list[m.Event]) -> list[w.StreamResponse]:
+    async def next(self) -> list[w.StreamResponse]:
         out: list[w.StreamResponse] = []
-        for event in batch:
-            if self.watch.feed(event):
-                self.task.feed(event)
-                out += self.encoder.feed(event, view_of(self.task))
-        lost = not batch and self.follower.closed
-        if lost or (batch and isinstance(batch[-1], m.SubscriberLagged) and self.watch.end is None):
-            end = self.watch.give_up(self.task.session_id, "internal", "events of the run were lost; get the task to see how it ended")
-            self.task.feed(end)
-            out += self.encoder.feed(end, view_of(self.task))
+        for event in await self.feed.next():
+            out += self.encoder.feed(event, view_of(self.task))
         return out
-
-    async def settle(self) -> None:
-        """Read the run until the task is terminal or waits for input."""
-        while not self.encoder.done:
-            self.feed(await self.follower.next_batch())
 
 
 class A2AApi:
@@ -230,12 +210,12 @@ class A2AApi:
             _fail(parts)
         prompt = m.Prompt(session_id=context_id, agent_id=self._agent(request), parts=parts, options=m.PromptOptions(approval=self.policy))
         try:
-            task, follower = await self.book.start(prompt, self.caller, follow=follow)
+            task, feed = await self.book.start(prompt, self.caller, follow=follow)
         except KernelError as exc:
             _fail(codec.from_kernel(exc.info()))
         if push is not None:
             self.pusher.add(msgspec.structs.replace(push, task_id=task.task_id), config_id=push.id or uuid.uuid4().hex)
-        return task, (_Run(follower, _mirror(task), fresh=True) if follower is not None else None)
+        return task, (_Run(feed, fresh=True) if feed is not None else None)
 
     async def _continue(self, message: w.Message, *, follow: bool) -> tuple[RunTask, _Run | None]:
         task_id = message.task_id or ""
@@ -250,28 +230,31 @@ class A2AApi:
         answer = codec.answer_of(message.parts)
         if answer is None:
             _fail(codec.invalid_params('The task waits for an answer: the text "approve" or "reject", or a data part {"approved": true|false}'))
-        info = await self.book.session(task.session_id, self.caller)
-        assert info is not None  # the task was just found in it
-        follower = await Follower.open(self.kernel, task.session_id, info.last_seq, client=CLIENT) if follow else None
+        feed = await self._follow(task) if follow else None
         try:
             await self.book.answer(task, answer[0], answer[1], self.caller)
         except KernelError as exc:
-            if follower is not None:
-                follower.close()
+            if feed is not None:
+                feed.follower.close()
             _fail(codec.from_kernel(exc.info()))
-        if follower is None:
+        if feed is None:
             return task, None
-        mirror = _mirror(task)
-        mirror.state, mirror.question = "working", None
-        return task, _Run(follower, mirror)
+        feed.task.state, feed.task.question = "working", None
+        return task, _Run(feed)
+
+    async def _follow(self, task: RunTask) -> TaskFollower:
+        try:
+            return await self.book.follow(task, self.caller)
+        except KernelError as exc:
+            _fail(codec.from_kernel(exc.info()))
 
     async def send_message(self, request: Request, params: w.SendMessageRequest) -> w.StreamResponse:
         config = params.configuration or w.SendMessageConfiguration()
         task, run = await self._send(request, params, follow=not config.return_immediately)
         if run is None:
             return w.StreamResponse(task=codec.task_out(view_of(task), history_length=config.history_length))
-        async with run.follower:
-            await run.settle()
+        async with run.feed:
+            await run.feed.settle()
         return w.StreamResponse(task=codec.task_out(view_of(run.task), history_length=config.history_length))
 
     async def open_stream(self, request: Request, params: w.SendMessageRequest) -> tuple[_Run, list[w.StreamResponse]]:
@@ -283,11 +266,7 @@ class A2AApi:
         task = await self._task(task_id)
         if task.terminal:
             _fail(codec.unsupported_operation(f"Task {task_id!r} is in a terminal state ({task.state}): there is nothing to subscribe to"))
-        info = await self.book.session(task.session_id, self.caller)
-        if info is None:
-            _fail(codec.task_not_found(f"Task not found: {task_id!r}"))
-        follower = await Follower.open(self.kernel, task.session_id, info.last_seq, client=CLIENT)
-        run = _Run(follower, _mirror(task))
+        run = _Run(await self._follow(task))
         return run, run.first()
 
     async def get_task(self, params: w.GetTaskRequest) -> w.Task:
@@ -297,19 +276,15 @@ class A2AApi:
         task = await self._task(task_id)
         if task.terminal:
             _fail(codec.task_not_cancelable(f"Task {task_id!r} is already {task.state}"))
-        info = await self.book.session(task.session_id, self.caller)
-        if info is None:
-            _fail(codec.task_not_found(f"Task not found: {task_id!r}"))
-        async with await Follower.open(self.kernel, task.session_id, info.last_seq, client=CLIENT) as follower:
-            run = _Run(follower, _mirror(task))
+        async with await self._follow(task) as feed:
             try:
                 await self.book.cancel(task, self.caller)
             except KernelError:  # it ended meanwhile
                 return codec.task_out(view_of(await self._task(task_id)))
             with anyio.move_on_after(CANCEL_WAIT_S):
-                while not run.task.terminal:
-                    run.feed(await follower.next_batch())
-        return codec.task_out(view_of(run.task))
+                while not feed.task.terminal:
+                    await feed.next()
+        return codec.task_out(view_of(feed.task))
 
     async def list_tasks(self, params: w.ListTasksRequest) -> w.ListTasksResponse:
         size = min(params.page_size or PAGE_SIZE, MAX_PAGE_SIZE)
@@ -417,14 +392,14 @@ class A2AApi:
     async def _pump(self, request: Request, run: _Run, frames: list[w.StreamResponse], encode: Callable[[w.StreamResponse], bytes]) -> None:
         """Write the stream until the task is terminal or waits for input; then close it."""
         send_timeout_s = self.kernel.settings.session.lag_grace_s
-        async with run.follower, open_sse(request, keepalive_interval_s=self.config.sse_keepalive_s, send_timeout_s=send_timeout_s) as stream:
+        async with run.feed, open_sse(request, keepalive_interval_s=self.config.sse_keepalive_s, send_timeout_s=send_timeout_s) as stream:
             pending = frames
             while True:
                 if pending and not await write_frames(stream, [format_sse(encode(f)) for f in pending]):
                     break
                 if run.encoder.done:
                     break
-                pending = run.feed(await run.follower.next_batch())
+                pending = await run.next()
 
     # ---------------------------------------------------------- HTTP+JSON binding
 

@@ -29,7 +29,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from kernel import Follower, Kernel, KernelError, RunWatch
 from kernel import model as m
 
-__all__ = ["TASK_ID", "RunTask", "TaskBook", "TaskState", "end_state", "session_of", "task_from_history"]
+__all__ = ["TASK_ID", "RunTask", "TaskBook", "TaskFollower", "TaskState", "end_state", "session_of", "task_from_history"]
 
 log = logging.getLogger("gateway.tasks")
 
@@ -113,6 +113,13 @@ class RunTask:
         self.touch()
         return self.state != before
 
+    def copy(self) -> RunTask:
+        """A request's own copy, moved on by the events that request follows."""
+        twin = RunTask(self.task_id, self.session_id, prompt=self.prompt, run_id=self.run_id)
+        twin.chunks, twin.state, twin.question, twin.error, twin.end = list(self.chunks), self.state, self.question, self.error, self.end
+        twin.updated_at = self.updated_at
+        return twin
+
     def finish(self, end: m.RunFinished | m.RunFailed) -> None:
         self.end, self.question, self.state = end, None, end_state(end)
         self.error = m.run_end_error(end)
@@ -149,6 +156,41 @@ def task_from_history(task_id: str, messages: list[m.Message], info: m.SessionIn
     return task
 
 
+class TaskFollower:
+    """A request's view of a task's run: the run's events from a follower, applied to the
+    request's own copy of the task (:attr:`task`). Use as an async context manager."""
+
+    def __init__(self, follower: Follower, task: RunTask) -> None:
+        self.follower = follower
+        self.task = task
+        self._watch = RunWatch(task.task_id, task.run_id)
+
+    async def next(self) -> list[m.Event]:
+        """The run's next events, applied to the task; when the run's end cannot come any more
+        (the session was closed, events were lost for good) a ``run_failed`` saying so."""
+        batch = await self.follower.next_batch()
+        ours = [event for event in batch if self._watch.feed(event)]
+        for event in ours:
+            self.task.feed(event)
+        lost = (not batch and self.follower.closed) or (bool(batch) and isinstance(batch[-1], m.SubscriberLagged))
+        if lost and self.task.end is None:
+            end = self._watch.give_up(self.task.session_id, "internal", "events of the run were lost; get the task to see how it ended")
+            self.task.feed(end)
+            ours.append(end)
+        return ours
+
+    async def settle(self) -> None:
+        """Follow until the task is terminal or waits for input."""
+        while not self.task.settled:
+            await self.next()
+
+    async def __aenter__(self) -> TaskFollower:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.follower.close()
+
+
 #: Called with a task whose state changed (push notifications).
 TaskListener = Callable[[RunTask], Awaitable[None]]
 
@@ -178,32 +220,43 @@ class TaskBook:
             self._tasks.popitem(last=False)
 
     async def start(
-        self, prompt: m.Prompt, caller: m.Caller, *, follow: bool = False
-    ) -> tuple[RunTask, Follower | None]:
+        self, prompt: m.Prompt, caller: m.Caller, *, follow: bool = False, track: bool = True
+    ) -> tuple[RunTask, TaskFollower | None]:
         """Open the prompt's session (a new one without ``session_id``), start the run under
-        a new task id, and track it. ``follow``: also a follower for the caller's stream,
-        subscribed before the run started (it misses nothing of it)."""
+        a new task id, and track it (``track=False``: a dialect that always follows its runs
+        itself; the task is rebuilt from its session when asked for). ``follow``: also a
+        follower for the caller, subscribed before the run started (it misses nothing)."""
         opened = await self.kernel.execute(m.OpenSession(session_id=prompt.session_id, agent_id=prompt.agent_id), caller)
         info = opened.session
         task_id = new_task_id(info.session_id)
-        tracker = await Follower.open(self.kernel, info.session_id, info.last_seq, client=self.client)
+        tracker = await Follower.open(self.kernel, info.session_id, info.last_seq, client=self.client, caller=caller) if track else None
         stream: Follower | None = None
         try:
             if follow:
-                stream = await Follower.open(self.kernel, info.session_id, info.last_seq, client=self.client)
+                stream = await Follower.open(self.kernel, info.session_id, info.last_seq, client=self.client, caller=caller)
             command = msgspec.structs.replace(prompt, session_id=info.session_id, request_id=task_id)
             accepted = await self.kernel.execute(command, caller)
         except BaseException:
-            tracker.close()
-            if stream is not None:
-                stream.close()
+            for opened_follower in (tracker, stream):
+                if opened_follower is not None:
+                    opened_follower.close()
             raise
         task = RunTask(task_id, info.session_id, prompt=prompt.content_parts(), run_id=accepted.run_id)
-        task.live = True
-        self._remember(task)
-        assert self._group is not None, "TaskBook.run is not running"
-        self._group.start_soon(self._track, task, tracker, RunWatch(task_id, accepted.run_id))
-        return task, stream
+        if tracker is not None:
+            task.live = True
+            self._remember(task)
+            assert self._group is not None, "TaskBook.run is not running"
+            self._group.start_soon(self._track, task, tracker, RunWatch(task_id, accepted.run_id))
+        return task, (TaskFollower(stream, task.copy()) if stream is not None else None)
+
+    async def follow(self, task: RunTask, caller: m.Caller) -> TaskFollower:
+        """A follower of the task's run from where its session is now, on a copy of the task
+        (for a stream that joins a running task, or a request that waits for it)."""
+        info = await self.session(task.session_id, caller)
+        if info is None:
+            raise KernelError("not_found", f"no session {task.session_id!r}")
+        follower = await Follower.open(self.kernel, task.session_id, info.last_seq, client=self.client, caller=caller)
+        return TaskFollower(follower, task.copy())
 
     async def _track(self, task: RunTask, follower: Follower, watch: RunWatch) -> None:
         async with follower:
