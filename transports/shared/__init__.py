@@ -33,7 +33,6 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "._sse": ("SSEStream", "format_sse", "open_sse", "wait_disconnect", "write_frames"),
     "._static": ("PAGE_HEADERS", "page_url", "static_response"),
     "._tasks": ("RunTask", "TaskBook", "TaskFollower", "TaskState", "end_state", "session_of", "task_from_history"),
-    "._tasks": ("RunTask", "TaskBook", "TaskState", "end_state", "session_of", "task_from_history"),
     "._tcplines": ("LineConnection", "LineServerConfig", "LineSplitter", "serve_lines"),
     "._websocket": (
         "CLOSE_GOING_AWAY", "CLOSE_INTERNAL_ERROR", "CLOSE_NORMAL", "CLOSE_POLICY_VIOLATION", "CLOSE_TOO_BIG",
@@ -105,12 +104,6 @@ if TYPE_CHECKING:
     from ._tasks import RunTask as RunTask
     from ._tasks import TaskBook as TaskBook
     from ._tasks import TaskFollower as TaskFollower
-    from ._tasks import TaskState as TaskState
-    from ._tasks import end_state as end_state
-    from ._tasks import session_of as session_of
-    from ._tasks import task_from_history as task_from_history
-    from ._tasks import RunTask as RunTask
-    from ._tasks import TaskBook as TaskBook
     from ._tasks import TaskState as TaskState
     from ._tasks import end_state as end_state
     from ._tasks import session_of as session_of
