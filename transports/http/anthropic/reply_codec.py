@@ -115,9 +115,11 @@ STOP_REASONS: dict[str, str] = {
     "max_tokens": "max_tokens",
     "refusal": "refusal",
     "tool_calls": "tool_use",
-    # The gateway's own tool loop stopped at its limit: the turn is paused, not over.
-    "tool_iterations": "pause_turn",
-    "turn_limit": "pause_turn",
+    # The gateway's own tool loop stopped at its limit: cut short, as OpenAI's "length" says.
+    # Not "pause_turn": a client resumes that by sending the conversation with the paused
+    # assistant turn last, which this gateway cannot continue (no prefill).
+    "tool_iterations": "max_tokens",
+    "turn_limit": "max_tokens",
 }
 
 #: The events that become answer content. A stream sends its headers at the first of

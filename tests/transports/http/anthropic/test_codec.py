@@ -307,3 +307,12 @@ def test_fuzz_streams_read_as_anthropic(events: list[m.Event], pending: list[m.T
             if event.type == "content_block_stop":
                 opened.discard(event.index)
     assert not opened and parsed[-1].type == "message_stop"
+
+
+@pytest.mark.parametrize(
+    ("kernel_reason", "anthropic_reason"),
+    [("end_turn", "end_turn"), ("max_tokens", "max_tokens"), ("refusal", "refusal"), ("tool_iterations", "max_tokens"), ("turn_limit", "max_tokens")],
+)
+def test_stop_reasons(kernel_reason: str, anthropic_reason: str) -> None:
+    assert reply_codec.stop_reason(finished(stop_reason=kernel_reason), ()) == anthropic_reason
+    assert reply_codec.stop_reason(finished(stop_reason=kernel_reason), (m.ToolCall(id="c", name="f", arguments="{}"),)) == "tool_use"
