@@ -186,7 +186,6 @@ if TYPE_CHECKING:
     from .settings import A2AAgentSettings as A2AAgentSettings
     from .settings import AgentSettings as AgentSettings
     from .settings import ClusterSettings as ClusterSettings
-    from .settings import A2AAgentSettings as A2AAgentSettings
     from .settings import McpServerSettings as McpServerSettings
     from .settings import OpenAISettings as OpenAISettings
     from .settings import Settings as Settings
