@@ -35,24 +35,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gateway")
 
-BUILTIN_TRANSPORT_PLUGINS = (
-    "transports.stdio.plugin",
-    "transports.openfang.plugin",
-    "transports.agent_cli.plugin",
-    "transports.packet.plugin",
-    "transports.http.plugin",
-    "transports.acp.plugin",
-    "transports.agui.plugin",
-    "transports.a2a.plugin",
-)
-
-
 class StartupError(Exception):
     """A problem the user must fix before the gateway can start."""
 
 
 def load_registry(*, use_entry_points: bool = True) -> Registry:
-    return load_plugins((*BUILTIN_PLUGINS, *BUILTIN_TRANSPORT_PLUGINS), use_entry_points=use_entry_points)
+    return load_plugins(BUILTIN_PLUGINS, use_entry_points=use_entry_points)
 
 
 def section_name(transport_name: str) -> str:

@@ -28,7 +28,21 @@ V = TypeVar("V")
 log = logging.getLogger("gateway.plugins")
 
 ENTRY_POINT_GROUP = "gateway"
-BUILTIN_PLUGINS = ("plugins.builtins", "plugins.memory_plugin", "plugins.telemetry.plugin")
+#: Every built-in plugin, the one list (``gateway`` loads these, then the entry points). The
+#: transports are named, not imported: a plugin module imports nothing of the transports.
+BUILTIN_PLUGINS = (
+    "plugins.builtins",
+    "plugins.memory_plugin",
+    "plugins.telemetry.plugin",
+    "transports.stdio.plugin",
+    "transports.openfang.plugin",
+    "transports.agent_cli.plugin",
+    "transports.packet.plugin",
+    "transports.http.plugin",
+    "transports.acp.plugin",
+    "transports.agui.plugin",
+    "transports.a2a.plugin",
+)
 
 
 class PluginProblem(msgspec.Struct, frozen=True):
