@@ -10,7 +10,8 @@ objects (``properties``, ``required``, ``minProperties`` from the optional ones)
 (``minimum``, ``maximum``, exclusive bounds, ``multipleOf``), ``anyOf`` / ``oneOf`` (the
 first branch), ``allOf`` (merged), ``$ref`` to ``#/$defs/...`` or ``#/definitions/...``
 (or any local JSON pointer). A ``pattern`` cannot be met in general and is not tried: the
-string is the shortest one allowed. A schema the generator cannot follow (a ``$ref``
+string is the shortest one allowed; nor is a ``format`` whose example is shorter than the
+``minLength`` (or longer than the ``maxLength``) the schema also asks for. A schema the generator cannot follow (a ``$ref``
 elsewhere, a recursion with no way out) raises :class:`SchemaError`.
 """
 
