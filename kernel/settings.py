@@ -174,6 +174,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_level: str = "info"
     # One JSON object per line on stderr for log collectors, or text for people (docs/operations.md).
     log_format: Literal["text", "json"] = "text"
+    # GET /metrics and the counters behind it (docs/operations.md "Metrics"); traces: OTEL_* variables.
+    metrics: bool = True
     # SIGTERM: how long runs in flight may go on while the gateway drains (docs/operations.md).
     drain_s: float = 30.0
     provider: ProviderSettings = msgspec.field(default_factory=ProviderSettings)

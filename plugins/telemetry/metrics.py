@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -93,6 +93,15 @@ class PrometheusMetrics(Observer):
         )
         self._models: tuple[object, frozenset[str]] = (None, frozenset())
         self._agents: tuple[object, frozenset[str]] = (None, frozenset())
+        # Each labelled child once: ``labels()`` costs as much again as the increment (bounded: so are the labels).
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def _child(self, metric: Counter | Gauge | Histogram, *labels: str) -> Any:
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     # ---------------------------------------------------------- bounded labels
 
@@ -123,28 +132,28 @@ class PrometheusMetrics(Observer):
 
     def first_delta(self, run: RunFacts) -> None:
         if run.first_delta is not None:
-            self.ttft.labels(self._transport(run.transport), self._agent(run.agent)).observe(run.first_delta - run.started)
+            self._child(self.ttft, self._transport(run.transport), self._agent(run.agent)).observe(run.first_delta - run.started)
 
     def model_call_ended(self, run: RunFacts, call: ModelCall) -> None:
         labels = ("chat", call.provider, self._model(call.model))
-        self.operation_duration.labels(*labels, call.error_type or "").observe(call.duration_s)
+        self._child(self.operation_duration, *labels, call.error_type or "").observe(call.duration_s)
         if call.error_type is None or call.usage.total_tokens:
-            self.token_usage.labels(*labels, "input").observe(call.usage.input_tokens)
-            self.token_usage.labels(*labels, "output").observe(call.usage.output_tokens)
+            self._child(self.token_usage, *labels, "input").observe(call.usage.input_tokens)
+            self._child(self.token_usage, *labels, "output").observe(call.usage.output_tokens)
 
     def tool_call_ended(self, run: RunFacts, tool: str, call_id: str, outcome: str, duration_s: float) -> None:
         name = self._tool(tool)
-        self.tool_calls.labels(name, outcome).inc()
+        self._child(self.tool_calls, name, outcome).inc()
         if duration_s > 0:
-            self.tool_duration.labels(name).observe(duration_s)
+            self._child(self.tool_duration, name).observe(duration_s)
 
     def question_answered(self, run: RunFacts, kind: str, outcome: str) -> None:
         self.approvals.labels(outcome).inc()
 
     def run_ended(self, run: RunFacts, outcome: RunOutcome, error_code: str | None) -> None:
         transport, agent = self._transport(run.transport), self._agent(run.agent)
-        self.runs.labels(transport, agent, outcome).inc()
-        self.run_duration.labels(transport, agent).observe(time.perf_counter() - run.started)
+        self._child(self.runs, transport, agent, outcome).inc()
+        self._child(self.run_duration, transport, agent).observe(time.perf_counter() - run.started)
 
     def provider_error(self, provider: str, code: str) -> None:
         self.provider_errors.labels(provider, code).inc()
@@ -156,10 +165,10 @@ class PrometheusMetrics(Observer):
         self.forwarded.inc()
 
     def connection_opened(self, transport: str) -> None:
-        self.connections.labels(self._transport(transport)).inc()
+        self._child(self.connections, self._transport(transport)).inc()
 
     def connection_closed(self, transport: str) -> None:
-        self.connections.labels(self._transport(transport)).dec()
+        self._child(self.connections, self._transport(transport)).dec()
 
     # ---------------------------------------------------------- the scrape
 

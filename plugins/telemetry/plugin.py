@@ -10,7 +10,10 @@ if TYPE_CHECKING:
     from kernel import Kernel, RunObserver
 
 
-def _metrics(kernel: Kernel) -> RunObserver:
+def _metrics(kernel: Kernel) -> RunObserver | None:
+    """``metrics = false`` turns them off (and ``GET /metrics`` with them)."""
+    if not kernel.settings.metrics:
+        return None
     from .metrics import PrometheusMetrics
 
     return PrometheusMetrics(kernel)

@@ -239,12 +239,65 @@ async def serve_gateway(args: argparse.Namespace) -> None:
     configs = [load_config(cls, data) for cls in classes]
     with contextlib.ExitStack() as stack:
         db = args.db or str(Path(stack.enter_context(tempfile.TemporaryDirectory())) / "bench.db")
-        kernel = Kernel(settings, providers={"bench": lambda _s: BenchProvider()}, store=SQLiteStore(db))
+        kernel = Kernel(settings, providers={"bench": lambda _s: BenchProvider()}, store=SQLiteStore(db), observers=telemetry(args.telemetry))
         async with kernel, anyio.create_task_group() as tg:
             urls = [await tg.start(cls().serve, kernel, config) for cls, config in zip(classes, configs)]
             ready(",".join(str(url).rsplit(":", 1)[1] for url in urls))  # one port per --transport, in order
             await until_stdin_closes()
             tg.cancel_scope.cancel()
+
+
+def telemetry(which: str) -> list[Any]:
+    """The observers of ``--telemetry``: none, the metrics, or the metrics and the traces
+    (exported as the OTEL_* variables of the environment say)."""
+    if which == "off":
+        return []
+    from plugins.telemetry.metrics import PrometheusMetrics
+    from plugins.telemetry.otel import tracing_observer
+
+    return [PrometheusMetrics] if which == "metrics" else [PrometheusMetrics, tracing_observer]
+
+
+# ------------------------------------------------------------------ OTLP receiver
+
+
+async def serve_otlp(args: argparse.Namespace) -> None:
+    """An OTLP/HTTP trace receiver: ``POST /v1/traces`` (protobuf) counted; ``GET /spans`` says how many."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from transports.shared import ServerConfig, serve_asgi
+
+    received = {"spans": 0, "requests": 0}
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                await send({"type": message["type"] + ".complete"})
+                if message["type"] == "lifespan.shutdown":
+                    return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        answer = b""
+        if scope["method"] == "POST":
+            request = ExportTraceServiceRequest()
+            request.ParseFromString(body)
+            received["requests"] += 1
+            received["spans"] += sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
+        else:
+            answer = json.dumps(received).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": answer})
+
+    async with anyio.create_task_group() as tg:
+        host, port = await tg.start(serve_asgi, app, ServerConfig(port=0))
+        ready(f"http://{host}:{port}")
+        await until_stdin_closes()
+        tg.cancel_scope.cancel()
 
 
 # ------------------------------------------------------------------ fake upstream
@@ -299,7 +352,7 @@ def run_pipe(args: argparse.Namespace) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench._servers")
-    parser.add_argument("kind", choices=("bare", "gateway", "upstream", "cli", "pipe"))
+    parser.add_argument("kind", choices=("bare", "gateway", "upstream", "cli", "pipe", "otlp"))
     parser.add_argument("--lines", help="for pipe: the file of lines to write")
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     parser.add_argument("--transport", action="append", help="for gateway: openfang or agent-cli (default), repeatable: one kernel, one port each")
@@ -308,6 +361,7 @@ def main() -> int:
     parser.add_argument("--buffer", type=int, default=512, help="kernel subscriber buffer (events)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="transport config override")
     parser.add_argument("--words-per-s", type=float, default=None, help="for upstream: pace the echo (default: one burst)")
+    parser.add_argument("--telemetry", choices=("off", "metrics", "tracing"), default="off", help="for gateway: the observers (tracing: OTEL_* variables)")
     argv = sys.argv[1:]
     rest = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: len(argv) - len(rest) - (1 if rest or "--" in argv else 0)])
@@ -317,7 +371,7 @@ def main() -> int:
         return run_cli(args)
     if args.kind == "pipe":
         return run_pipe(args)
-    target = {"bare": serve_bare, "gateway": serve_gateway, "upstream": serve_upstream}[args.kind]
+    target = {"bare": serve_bare, "gateway": serve_gateway, "upstream": serve_upstream, "otlp": serve_otlp}[args.kind]
     try:
         anyio.run(target, args, backend=args.backend)
     except KeyboardInterrupt:

@@ -36,6 +36,7 @@ BENCHMARKS = {
     "cluster": "tests.bench.bench_cluster",
     "openai-proxy": "tests.bench.bench_openai_proxy",
     "anthropic-proxy": "tests.bench.bench_anthropic_proxy",
+    "telemetry": "tests.bench.bench_telemetry",
 }
 
 

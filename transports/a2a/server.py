@@ -32,6 +32,7 @@ from transports.shared import (
     RunTask,
     TaskBook,
     TaskFollower,
+    add_metrics_route,
     format_sse,
     json_response,
     open_sse,
@@ -479,6 +480,7 @@ class A2AApp:
         self.router = Router(config, error_body=error_body)
         self.api = A2AApi(kernel, config, token_required=self.router.token is not None)
         self.api.register(self.router)
+        add_metrics_route(self.router, kernel.observers.metrics)
 
 
 class A2ATransport:
@@ -491,7 +493,9 @@ class A2ATransport:
         app = A2AApp(kernel, config)
         async with anyio.create_task_group() as tg:
             await tg.start(app.api.run)
-            await serve_http(app.router, config, lag_grace_s=kernel.settings.session.lag_grace_s, task_status=task_status)
+            await serve_http(
+                app.router, config, lag_grace_s=kernel.settings.session.lag_grace_s, connections=(kernel.observers, self.name), task_status=task_status
+            )
             tg.cancel_scope.cancel()
 
     def banner(self, kernel: Kernel, config: A2AConfig, address: str | None, command: str) -> list[BannerLine]:

@@ -21,7 +21,6 @@ from kernel.testing import running_kernel
 from plugins.telemetry.logs import JsonFormatter
 from tests.subprocess_gateway import gateway_env, gateway_process
 from tests.transports.http._helpers import SSEParser, client, http_server
-from tests.transports.openfang._helpers import serving
 
 pytestmark = pytest.mark.anyio
 

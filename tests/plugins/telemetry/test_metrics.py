@@ -126,3 +126,20 @@ async def test_no_metrics_route_without_the_metrics_observer() -> None:
     async with running_kernel() as kernel, http_server(kernel) as url, client(url) as http:
         assert (await http.get("/metrics")).status_code == 404
 
+
+
+async def test_every_http_serving_transport_answers_metrics() -> None:
+    from tests.transports.a2a._helpers import a2a_server
+    from tests.transports.agui._helpers import agui_server
+
+    def origin(url: str) -> str:
+        parsed = httpx.URL(url)
+        return f"{parsed.scheme}://{parsed.host}:{parsed.port}"
+
+    async with running_kernel(observers=[METRICS]) as kernel:
+        async with a2a_server(kernel) as a2a_url, httpx.AsyncClient(base_url=origin(a2a_url)) as http:
+            scrape = await http.get("/metrics")
+            assert scrape.status_code == 200 and "gateway_active_runs" in scrape.text
+        async with agui_server(kernel) as agui_url, httpx.AsyncClient(base_url=origin(agui_url)) as http:
+            scrape = await http.get("/metrics")
+            assert scrape.status_code == 200 and "gateway_active_runs" in scrape.text
