@@ -157,6 +157,8 @@ async def _loop(session: RunSession, run: ActiveRun, state: RunState, ids: Ids) 
     tools = ToolRunner(session, run, state, ids, policy) if options.use_tools or options.client_tools else None
     max_iterations = options.max_tool_iterations or agent.max_tool_iterations
     max_turns = session.turn_limit
+    if options.tool_choice is not None:  # a choice the tools cannot meet is refused before a turn counts
+        _tool_choice(options, tools.specs() if tools is not None else (), first=True)
     for iteration in range(max_iterations + 1):
         # A run interrupted before its first model call must not reach the provider at all.
         await anyio.lowlevel.checkpoint_if_cancelled()
@@ -251,7 +253,7 @@ async def _model_call(
     """One model call, told to the observers as it begins and ends (with its usage, finish
     reason or error type); the upstream request carries the trace context they chose."""
     observers = session.host.observers
-    call = ModelCall(provider=provider.name, model=request.model, traceparent=facts.traceparent)
+    call = ModelCall(provider=provider.name, model=request.model, traceparent=facts.traceparent, messages=request.messages, output=state.partial_parts)
     observers.model_call_started(facts, call)
     if call.traceparent is not None:
         request = msgspec.structs.replace(request, traceparent=call.traceparent)

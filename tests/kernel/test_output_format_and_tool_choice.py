@@ -76,6 +76,7 @@ async def test_forcing_a_tool_that_does_not_exist_is_invalid_and_the_session_liv
         failed = events[-1]
         assert isinstance(failed, m.RunFailed) and failed.error.code == "invalid_request" and "'nope'" in failed.error.message
         assert provider.requests == []
+        assert not any(isinstance(e, m.TurnStarted) for e in events)  # refused before a turn counted
         await prompt(kernel, "s", "again")
         events = await run_events(sub)
         assert isinstance(events[-1], m.RunFinished) and events[-1].text == "fine"
