@@ -36,6 +36,7 @@ BENCHMARKS = {
     "cluster": "tests.bench.bench_cluster",
     "openai-proxy": "tests.bench.bench_openai_proxy",
     "anthropic-proxy": "tests.bench.bench_anthropic_proxy",
+    "a2a": "tests.bench.bench_a2a",
     "telemetry": "tests.bench.bench_telemetry",
 }
 
