@@ -33,7 +33,6 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "._sse": ("SSEStream", "format_sse", "open_sse", "wait_disconnect", "write_frames"),
     "._static": ("PAGE_HEADERS", "page_url", "static_response"),
     "._tasks": ("RunTask", "TaskBook", "TaskFollower", "TaskState", "end_state", "session_of", "task_from_history"),
-    "._tasks": ("RunTask", "TaskBook", "TaskState", "end_state", "session_of", "task_from_history"),
     "._tcplines": ("LineConnection", "LineServerConfig", "LineSplitter", "serve_lines"),
     "._websocket": (
         "CLOSE_GOING_AWAY", "CLOSE_INTERNAL_ERROR", "CLOSE_NORMAL", "CLOSE_POLICY_VIOLATION", "CLOSE_TOO_BIG",
