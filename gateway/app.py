@@ -24,7 +24,7 @@ from kernel import LOG_RING, Cluster, Kernel, Settings, SQLiteStore, Store, Tool
 from kernel.model import ToolSource
 from plugins.manager import BUILTIN_PLUGINS, Registry, load_plugins
 from plugins.telemetry.logs import JsonFormatter
-from transports.base import config_type, load_config
+from transports.base import HostsConsole, config_type, load_config
 from transports.http.console import hosted_console
 
 from .banner import Launch, Started, banner_text
@@ -193,7 +193,7 @@ async def installed_tools(settings: Settings, registry: Registry) -> tuple[list[
 async def _start(tg: Any, name: str, transport: Any, kernel: Kernel, config: Any) -> Any:
     """Start one transport (one that hosts the console gets it); a failure before it is
     ready names the transport."""
-    serve = partial(transport.serve, console=hosted_console) if getattr(transport, "hosts_console", False) else transport.serve
+    serve = partial(transport.serve, console=hosted_console) if isinstance(transport, HostsConsole) and transport.hosts_console else transport.serve
     try:
         return await tg.start(serve, kernel, config)
     except Exception as exc:

@@ -20,7 +20,7 @@ from typing import Any
 import sniffio
 
 from kernel import Kernel, mask_secrets
-from transports.base import BannerLine
+from transports.base import BannerLine, DescribesBanner
 
 ECHO_WARNING = (
     "the offline echo model repeats your prompt; no LLM is called. Set OPENAI_API_KEY (and OPENAI_BASE_URL for another "
@@ -52,11 +52,9 @@ class Started:
 
 
 def transport_lines(kernel: Kernel, started: Started, launch: Launch) -> list[BannerLine]:
-    describe = getattr(started.transport, "banner", None)
-    if describe is None:
+    if not isinstance(started.transport, DescribesBanner):
         return [BannerLine(started.name, started.address or "ready")]
-    lines: list[BannerLine] = describe(kernel, started.config, started.address, launch.command(started.name))
-    return lines
+    return started.transport.banner(kernel, started.config, started.address, launch.command(started.name))
 
 
 def model_lines(kernel: Kernel) -> list[BannerLine]:

@@ -6,15 +6,16 @@ instantiates it with no arguments and runs ``serve`` in its task group; the
 transport reports readiness through ``task_status.started(address)`` and stops
 when its scope is cancelled, closing its connections cleanly.
 
-Two optional members, each found with ``getattr`` by the gateway:
+Two optional parts, each a protocol of its own that the gateway checks with ``isinstance``:
 
-* ``banner(kernel, config, address, command) -> list[BannerLine]``: the start-up banner's
-  lines for this transport — the exact URL a client uses (with the agent id, path and
-  token it needs) or, for a pipe, the command that starts it (``command``: this gateway
-  serving this transport alone). Without it the banner shows the reported address.
-* ``hosts_console = True``: ``serve`` also takes ``console=``, a :data:`ConsoleFactory`, to
-  put the gateway console on the transport's own port (OpenFang's, where its clients
-  look for a dashboard); the transport's config decides whether it does.
+* :class:`DescribesBanner` — ``banner(kernel, config, address, command) -> list[BannerLine]``:
+  the start-up banner's lines for this transport — the exact URL a client uses (with the
+  agent id, path and token it needs) or, for a pipe, the command that starts it
+  (``command``: this gateway serving this transport alone). Without it the banner shows
+  the reported address.
+* :class:`HostsConsole` — ``hosts_console = True`` and ``serve`` also takes ``console=``, a
+  :data:`ConsoleFactory`, to put the gateway console on the transport's own port (OpenFang's,
+  where its clients look for a dashboard); the transport's config decides whether it does.
 
 This protocol, ``plugins.hookspecs`` (``hookimpl``, ``gateway_register_transports``),
 :mod:`kernel` and :mod:`transports.shared` are what a third-party transport uses;
@@ -64,6 +65,30 @@ class Transport(Protocol):
     def Config(self) -> type[msgspec.Struct]: ...
 
     async def serve(self, kernel: Kernel, config: Any, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED) -> None: ...
+
+
+@runtime_checkable
+class DescribesBanner(Protocol):
+    """A transport that writes its own start-up banner lines."""
+
+    def banner(self, kernel: Kernel, config: Any, address: str | None, command: str) -> list[BannerLine]: ...
+
+
+@runtime_checkable
+class HostsConsole(Protocol):
+    """A transport that can serve the gateway console on its own port."""
+
+    @property
+    def hosts_console(self) -> bool: ...
+
+    async def serve(
+        self,
+        kernel: Kernel,
+        config: Any,
+        *,
+        task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED,
+        console: ConsoleFactory | None = None,
+    ) -> None: ...
 
 
 def config_type(transport: type[Transport] | Transport) -> type[msgspec.Struct]:
