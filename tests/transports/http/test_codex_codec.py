@@ -297,3 +297,28 @@ def test_the_fields_codex_and_newer_clients_add_are_accepted() -> None:
     }
     p = plan({**CODEX_FIRST, **extra})
     assert p.options.output_format is None and p.echo.text == {"verbosity": "low"} and p.echo.reasoning == extra["reasoning"]
+
+
+def test_images_in_tool_outputs_follow_the_round_as_a_user_turn() -> None:
+    png = "data:image/png;base64,iVBORw0KGgo="
+    p = plan({"input": [
+        {"role": "user", "content": "look at both"},
+        {"type": "function_call", "name": "view_image", "arguments": '{"path": "a.png"}', "call_id": "c1"},
+        {"type": "function_call", "name": "view_image", "arguments": '{"path": "b.png"}', "call_id": "c2"},
+        {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_image", "image_url": png}]},
+        {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "b:"}, {"type": "input_image", "image_url": png}]},
+    ]})
+    assert [message.role for message in p.history] == ["user", "assistant", "tool", "tool"]
+    assert p.history[2].content == "(the output is 1 image, shown in the next message)" and p.history[3].content == "b:"
+    # The images come after every result of the round (tool messages must follow their calls), as the prompt.
+    assert not p.continuation and [type(part).__name__ for part in p.prompt_parts] == ["ImagePart", "ImagePart"]
+    assert all(isinstance(part, m.ImagePart) and part.mime_type == "image/png" for part in p.prompt_parts)
+    later = plan({"input": [
+        {"role": "user", "content": "look"},
+        {"type": "function_call", "name": "view_image", "arguments": "{}", "call_id": "c1"},
+        {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_image", "image_url": png}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "A cat."}]},
+        {"role": "user", "content": "and now?"},
+    ]})
+    assert [message.role for message in later.history] == ["user", "assistant", "tool", "user", "assistant"]
+    assert later.prompt_parts == (m.TextPart("and now?"),)

@@ -234,3 +234,23 @@ async def test_an_interrupted_whole_answer_is_failed_with_its_partial_output(sto
     (whole,) = got
     assert whole.status == "failed" and whole.output_text == "partial words" and whole.error.message == _why(cause)
     assert whole.output[0].status == "incomplete"
+
+
+PIXEL = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+
+
+async def test_an_image_a_tool_returns_reaches_the_model() -> None:
+    provider = ScriptedProvider([tool_turn("view_image", '{"path": "shot.png"}', call_id="call_v"), text_turn("A single pixel.")])
+    view_image = {"type": "function", "name": "view_image", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}
+    async with gateway(provider) as (_, sdk):
+        first = await sdk.responses.create(model=AGENT, input="What is in shot.png?", tools=[view_image], store=False)
+        (call,) = first.output
+        second = await sdk.responses.create(model=AGENT, tools=[view_image], store=False, input=[
+            {"role": "user", "content": "What is in shot.png?"}, call.model_dump(exclude_none=True),
+            {"type": "function_call_output", "call_id": "call_v", "output": [{"type": "input_image", "image_url": PIXEL}]},
+        ])
+        assert second.output_text == "A single pixel."
+    sent = provider.requests[-1].messages
+    assert [msg.role for msg in sent] == ["system", "user", "assistant", "tool", "user"]
+    (image,) = sent[-1].parts
+    assert isinstance(image, m.ImagePart) and image.mime_type == "image/png" and image.data.startswith(b"\x89PNG")

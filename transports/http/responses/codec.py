@@ -223,6 +223,9 @@ def stored_items(body: bytes) -> dict[str, dict[str, Any]]:
     return {item["id"]: item for item in response.get("output", ()) if isinstance(item, dict) and isinstance(item.get("id"), str)}
 
 
+_TOOL_OUTPUTS = ("function_call_output", "custom_tool_call_output")
+
+
 class _Replay(msgspec.Struct, frozen=True, kw_only=True):
     """What converting the input needs besides the items: the request's tools (a replayed
     call names the client's tool) and the items ``item_reference`` resolves to."""
@@ -236,12 +239,19 @@ def _conversation(items: list[dict[str, Any]], calls: dict[str, str], replay: _R
 
     ``function_call`` and ``custom_tool_call`` items join the assistant turn they follow,
     so that a turn's calls and its text are one message, as the models expect (a call is
-    named as the model was offered its tool: ``tools.py``). ``item_reference`` stands for
+    named as the model was offered its tool: ``tools.py``); images in tool outputs follow
+    the round's results as a user turn (``_tool_output``). ``item_reference`` stands for
     the stored item it names. ``reasoning`` items (Codex sends each back, sealed) stay out
     of the conversation: the kernel's messages carry no reasoning, and chat-completions
     upstreams have no common way to take it back (DeepSeek refuses it in the input)."""
     system: list[str] = []
     turns: list[m.Message] = []
+    images: list[m.ImagePart] = []  # of the tool outputs of the current round
+
+    def flush_images() -> None:
+        if images:
+            turns.append(m.Message(role="user", parts=tuple(images)))
+            images.clear()
 
     def add_call(tool_call: m.ToolCall) -> None:
         calls[tool_call.id] = tool_call.name
@@ -261,6 +271,8 @@ def _conversation(items: list[dict[str, Any]], calls: dict[str, str], replay: _R
                 if found is None:
                     return unknown_reference(i, reference.id)
                 item, kind = found, _kind(found)
+            if kind not in _TOOL_OUTPUTS:  # the round's results are all in: its images follow them
+                flush_images()
             if kind == "message":
                 message = msgspec.convert(item, w.MessageItem)
                 parts = _parts(message.content, f"{where}.content")
@@ -285,18 +297,20 @@ def _conversation(items: list[dict[str, Any]], calls: dict[str, str], replay: _R
                 custom = msgspec.convert(item, w.CustomToolCallItem)
                 name = replay.tools.model_name(custom.name, custom.namespace)
                 add_call(m.ToolCall(id=custom.call_id, name=name, arguments=custom_arguments(custom.input)))
-            elif kind in ("function_call_output", "custom_tool_call_output"):
+            elif kind in _TOOL_OUTPUTS:
                 result = msgspec.convert(item, w.FunctionCallOutputItem)
-                text = _output_text(result.output, f"{where}.output")
-                if isinstance(text, OpenAIError):
-                    return text
-                turns.append(m.Message(role="tool", content=text, tool_call_id=result.call_id, name=calls.get(result.call_id)))
+                output = _tool_output(result.output, f"{where}.output")
+                if isinstance(output, OpenAIError):
+                    return output
+                turns.append(m.Message(role="tool", content=output[0], tool_call_id=result.call_id, name=calls.get(result.call_id)))
+                images += output[1]
             elif kind == "reasoning":
                 msgspec.convert(item, w.ReasoningItem)  # its shape is checked; its text is not replayed
             else:
                 return bad_request(f"Unsupported input item type {kind!r}.", param=f"{where}.type")
         except msgspec.ValidationError as exc:
             return invalid_field(exc, where)
+    flush_images()
     return system, turns
 
 
@@ -322,13 +336,20 @@ def _parts(content: str | list[w.InputPart], where: str) -> tuple[m.ContentPart,
     return tuple(parts)
 
 
-def _output_text(output: str | list[w.InputPart], where: str) -> str | OpenAIError:
-    if isinstance(output, str):
-        return output
-    texts = [p.text for p in output if isinstance(p, (w.InputText, w.EchoedText))]
-    if len(texts) != len(output):
-        return bad_request("Function call outputs may only contain text.", param=where)
-    return "\n".join(texts)
+def _tool_output(output: str | list[w.InputPart], where: str) -> tuple[str, list[m.ImagePart]] | OpenAIError:
+    """A tool's output as its tool message's text, and the images it holds (Codex's
+    ``view_image``): a chat-completions tool message carries text only, so the images are
+    shown to the model in a user turn right after the tool results."""
+    parts = _parts(output, where)
+    if isinstance(parts, OpenAIError):
+        return parts
+    texts = [p.text for p in parts if isinstance(p, m.TextPart)]
+    images = [p for p in parts if isinstance(p, m.ImagePart)]
+    if len(texts) + len(images) != len(parts):
+        return bad_request("Tool outputs may only contain text and images.", param=where)
+    if images and not texts:
+        texts.append(f"(the output is {len(images)} image{'s' if len(images) > 1 else ''}, shown in the next message)")
+    return "\n".join(texts), images
 
 
 # ---------------------------------------------------------------- kernel commands
