@@ -17,7 +17,7 @@ import msgspec
 from kernel import KernelError, Settings, gateway_version, load_settings, mask_secrets
 from transports.base import config_type
 
-from . import app
+from . import app, keys_cli
 from .banner import Launch
 
 log = logging.getLogger("gateway")
@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_argument("--config", "-c", metavar="FILE", help="a gateway.toml file")
     config = sub.add_parser("config", help="print the effective configuration (secrets masked)")
     config.add_argument("--config", "-c", metavar="FILE")
+    keys_cli.add_parser(sub)
     return parser
 
 
@@ -89,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(args.config)
         if args.command == "tools":
             return _tools(settings)
+        if args.command == "keys":
+            return keys_cli.run(args, settings)
         if args.command == "config":
             print(json.dumps(mask_secrets(msgspec.to_builtins(settings)), indent=2))
             return 0

@@ -29,7 +29,7 @@ from .files import WorkspaceFiles
 from .host import ToolScope
 from .hub import Subscription
 from .jobs import HistoryJob
-from .keys import Keyring
+from .keys import Keyring, KeyView
 from .observe import ObserverFactory, Observers
 from .overrides import SETTINGS_KEY, SettingsOverrides
 from .provider import Provider
@@ -406,6 +406,12 @@ class Kernel:
         gateway without an admin token."""
         return await self.keys.required()
 
+    async def list_keys(self, caller: m.Caller = m.LOCAL_CALLER) -> list[KeyView]:
+        """Every key with its limits and usage (never a secret): the admin's to read."""
+        if not caller.principal.is_admin:
+            raise m.KernelError("forbidden", "listing keys needs the 'admin' scope")
+        return await self.keys.views()
+
     def lease_lost(self, session_id: str) -> None:
         """Another instance owns the session now (our lease expired): stop running it here."""
         session = self.sessions.pop(session_id, None)
@@ -551,15 +557,15 @@ class Kernel:
             return m.Done(request_id=cmd.request_id, message=done)
         return m.Accepted(request_id=cmd.request_id, session_id=session.id, queued=True)
 
-    async def _clear(self, cmd: m.ClearContext) -> m.Reply:
+    async def _clear_context(self, cmd: m.ClearContext) -> m.Reply:
         return await self._change_history(cmd, HistoryJob("clear_context", cmd.request_id), "context cleared")
 
-    async def _approve(self, cmd: m.ResolveToolApproval) -> m.Reply:
+    async def _resolve_tool_approval(self, cmd: m.ResolveToolApproval) -> m.Reply:
         session = await self.session(cmd.session_id, create=False)
         session.answer("tool_approval", cmd.call_id, Answer(yes=cmd.approved, reason=cmd.reason, remember=cmd.remember))
         return m.Done(request_id=cmd.request_id, message="approved" if cmd.approved else "rejected")
 
-    async def _turns(self, cmd: m.ResolveTurnLimit) -> m.Reply:
+    async def _resolve_turn_limit(self, cmd: m.ResolveTurnLimit) -> m.Reply:
         session = await self.session(cmd.session_id, create=False)
         session.answer("turn_limit", None, Answer(yes=cmd.confirmed, reason=cmd.reason))
         return m.Done(request_id=cmd.request_id, message="confirmed" if cmd.confirmed else "declined")
@@ -592,7 +598,7 @@ class Kernel:
         done = await self.invoke_tool(tool, dict(cmd.arguments), session)
         return m.ToolOutput(request_id=cmd.request_id, name=cmd.name, result=done.result, is_error=done.outcome != "ok")
 
-    async def _open(self, cmd: m.OpenSession) -> m.Reply:
+    async def _open_session(self, cmd: m.OpenSession) -> m.Reply:
         session = await self.session(cmd.session_id, cmd.agent_id, label=cmd.label, ephemeral=cmd.ephemeral)
         return m.SessionOpened(request_id=cmd.request_id, session=session.info())
 
@@ -600,7 +606,7 @@ class Kernel:
         session = await self.session(cmd.session_id, create=False)
         return m.SessionOpened(request_id=cmd.request_id, session=session.info())
 
-    async def _configure(self, cmd: m.ConfigureSession) -> m.Reply:
+    async def _configure_session(self, cmd: m.ConfigureSession) -> m.Reply:
         session = await self.session(cmd.session_id, create=False)
         if cmd.max_turns is not msgspec.UNSET:
             if cmd.max_turns is not None and cmd.max_turns < 0:
@@ -627,7 +633,7 @@ class Kernel:
         await self.unload_session(cmd.session_id)
         return m.Done(request_id=cmd.request_id, message="session closed")
 
-    async def _delete(self, cmd: m.DeleteSession) -> m.Reply:
+    async def _delete_session(self, cmd: m.DeleteSession) -> m.Reply:
         if cmd.session_id is None:
             raise m.KernelError("invalid_request", "session_id is required")
         live = self.sessions.get(cmd.session_id)
@@ -657,7 +663,7 @@ class Kernel:
             )
         return m.SessionList(request_id=cmd.request_id, sessions=tuple(infos))
 
-    async def _status(self, cmd: m.GetStatus) -> m.Reply:
+    async def _get_status(self, cmd: m.GetStatus) -> m.Reply:
         return m.StatusReport(
             request_id=cmd.request_id,
             version=self.version,
@@ -770,15 +776,15 @@ _RUN_HANDLERS: dict[type, Callable[[Kernel, Any, m.Caller], Awaitable[m.Reply]]]
 
 _HANDLERS: dict[type, Callable[[Kernel, Any], Awaitable[m.Reply]]] = {
     m.Interrupt: Kernel._interrupt,
-    m.ClearContext: Kernel._clear,
-    m.ResolveToolApproval: Kernel._approve,
-    m.ResolveTurnLimit: Kernel._turns,
+    m.ClearContext: Kernel._clear_context,
+    m.ResolveToolApproval: Kernel._resolve_tool_approval,
+    m.ResolveTurnLimit: Kernel._resolve_turn_limit,
     m.RunCommand: Kernel._run_command,
     m.ExecuteTool: Kernel._execute_tool,
-    m.OpenSession: Kernel._open,
-    m.DeleteSession: Kernel._delete,
+    m.OpenSession: Kernel._open_session,
+    m.DeleteSession: Kernel._delete_session,
     m.ListSessions: Kernel._list_sessions,
-    m.GetStatus: Kernel._status,
+    m.GetStatus: Kernel._get_status,
     m.GetSettings: Kernel._get_settings,
     m.UpdateSettings: Kernel._update_settings,
     m.GetHistory: Kernel._get_history,
@@ -788,7 +794,7 @@ _HANDLERS: dict[type, Callable[[Kernel, Any], Awaitable[m.Reply]]] = {
     m.ListCommands: Kernel._list_commands,
     m.ListTools: Kernel._list_tools,
     m.GetSession: Kernel._get_session,
-    m.ConfigureSession: Kernel._configure,
+    m.ConfigureSession: Kernel._configure_session,
     m.CloseSession: Kernel._close_session,
     m.ListModels: Kernel._list_models,
 }

@@ -46,6 +46,9 @@ KERNEL_SURFACE = frozenset(
         "all_tools",  # every tool a session can be offered (tool sources' included), read-only
         "interrupt_all",  # the composition root's shutdown
         "wait_idle",
+        "authenticate",  # an API key -> its principal (the transports' shared resolver)
+        "keys_required",  # whether credentials are needed even without an admin token
+        "list_keys",  # the keys and their usage (admin only): GET /v1/keys
     }
 )
 #: Compatibility names: ``transports.packet`` re-exports the embedding API of ``gateway.embedded``.

@@ -80,6 +80,7 @@ class NativeApi:
     def register(self, router: Router) -> None:
         router.get("/health", auth=False)(self.health)
         router.get("/v1/status")(self.status)
+        router.get("/v1/keys")(self.keys)
         router.get("/v1/agents")(self.agents)
         router.get("/v1/tools")(self.tools)
         router.post("/v1/tools/{name}")(self.execute_tool)
@@ -129,6 +130,10 @@ class NativeApi:
 
     async def health(self, request: Request) -> Response:
         return json_response(200, {"status": "ok", "version": self.kernel.version})
+
+    async def keys(self, request: Request) -> Response:
+        """The API keys with their limits and usage (the admin's to read; never a secret)."""
+        return json_response(200, {"keys": await self._execute(self.kernel.list_keys(request.caller))})
 
     async def status(self, request: Request) -> Response:
         return await self._reply(request, m.GetStatus())
