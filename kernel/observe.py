@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
-from .model import Usage
+from .model import Message, Usage
 
 if TYPE_CHECKING:
     from .kernel import Kernel
@@ -80,20 +80,25 @@ class RunFacts:
 class ModelCall:
     """One call to the model within a run. ``traceparent`` is what the upstream request
     carries (the caller's by default; a tracing observer sets its own span's), and the
-    result fields are filled in when the call ends."""
+    result fields are filled in when the call ends. ``messages`` (what the model is sent) and
+    ``output`` (the text parts it streamed, so far) are references, never copied: only an
+    observer asked to record content reads them."""
 
-    __slots__ = ("duration_s", "error_type", "finish_reason", "model", "provider", "response_model", "started", "traceparent", "usage")
+    __slots__ = ("duration_s", "error_type", "finish_reason", "messages", "model", "output", "provider", "started", "traceparent", "usage")
 
-    def __init__(self, *, provider: str, model: str, traceparent: str | None) -> None:
+    def __init__(
+        self, *, provider: str, model: str, traceparent: str | None, messages: tuple[Message, ...] = (), output: list[str] | None = None
+    ) -> None:
         self.provider = provider
         self.model = model
         self.traceparent = traceparent
+        self.messages = messages
+        self.output: list[str] = output if output is not None else []
         self.started = time.perf_counter()
         self.usage = Usage()
         self.finish_reason: str | None = None
         self.error_type: str | None = None
         self.duration_s = 0.0
-        self.response_model: str | None = None
 
     def end(self, *, usage: Usage, finish_reason: str | None, error_type: str | None) -> None:
         self.usage = usage

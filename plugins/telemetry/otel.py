@@ -11,7 +11,9 @@ sent one — with children ``chat {model}`` per model call (whose context the up
 carries on as its ``traceparent``) and ``execute_tool {tool}`` per tool call. A span is
 never made current: each is started and ended explicitly with an explicit parent, since a
 run's hooks come from one task while a context entered there and left elsewhere would break
-contextvars under anyio. Message content is not recorded (nothing here sees it).
+contextvars under anyio. Message content is recorded only when
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`` asks (the conventions' opt-in): then
+the ``chat`` spans carry ``gen_ai.input.messages`` and ``gen_ai.output.messages``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from kernel import ModelCall, Observer, RunFacts, RunOutcome
+from kernel.model import Message
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -34,6 +39,19 @@ log = logging.getLogger("gateway.telemetry")
 
 SLOT = "otel"
 TRUE = ("1", "true", "yes", "on")
+
+_encode = msgspec.json.Encoder().encode
+
+
+def _message_json(message: Message) -> dict[str, Any]:
+    """A message as the GenAI conventions' ``gen_ai.input.messages`` items have it."""
+    parts: list[dict[str, Any]] = []
+    if message.role == "tool":
+        parts.append({"type": "tool_call_response", "id": message.tool_call_id, "response": message.content})
+    elif message.content:
+        parts.append({"type": "text", "content": message.content})
+    parts += [{"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments} for call in message.tool_calls]
+    return {"role": message.role, "parts": parts}
 
 
 def tracing_wanted(env: Mapping[str, str]) -> str | None:
@@ -76,7 +94,8 @@ def tracing_observer(kernel: Kernel, env: Mapping[str, str] = os.environ) -> Tra
     provider = TracerProvider(resource=Resource.create({**service, "service.version": kernel.version}))
     provider.add_span_processor(BatchSpanProcessor(span_exporter))
     log.info("tracing: exporting spans (%s)", exporter)
-    return TracingObserver(provider)
+    capture = env.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "").strip().lower() in TRUE
+    return TracingObserver(provider, capture_content=capture)
 
 
 class _RunSpans:
@@ -91,11 +110,12 @@ class _RunSpans:
 class TracingObserver(Observer):
     """Spans of runs, model calls and tool calls (docs/operations.md "Traces")."""
 
-    def __init__(self, provider: TracerProvider) -> None:
+    def __init__(self, provider: TracerProvider, *, capture_content: bool = False) -> None:
         from opentelemetry import trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self.provider = provider
+        self.capture_content = capture_content
         self.tracer: Tracer = provider.get_tracer("gateway")
         self._trace = trace
         self._propagator = TraceContextTextMapPropagator()
@@ -142,13 +162,13 @@ class TracingObserver(Observer):
         if spans is None or spans.chat is None:
             return
         span, spans.chat = spans.chat, None
-        attributes: dict[str, Any] = {
-            "gen_ai.response.model": call.response_model or call.model,
-            "gen_ai.usage.input_tokens": call.usage.input_tokens,
-            "gen_ai.usage.output_tokens": call.usage.output_tokens,
-        }
+        attributes: dict[str, Any] = {"gen_ai.usage.input_tokens": call.usage.input_tokens, "gen_ai.usage.output_tokens": call.usage.output_tokens}
         if call.finish_reason is not None:
             attributes["gen_ai.response.finish_reasons"] = (call.finish_reason,)
+        if self.capture_content:
+            attributes["gen_ai.input.messages"] = _encode([_message_json(m) for m in call.messages]).decode()
+            output = {"role": "assistant", "parts": [{"type": "text", "content": "".join(call.output)}], "finish_reason": call.finish_reason or ""}
+            attributes["gen_ai.output.messages"] = _encode([output]).decode()
         span.set_attributes(attributes)
         self._fail(span, call.error_type)
         span.end()

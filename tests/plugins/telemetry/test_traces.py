@@ -4,6 +4,7 @@ real OTLP/HTTP receiver on 127.0.0.1 — on both backends."""
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -16,7 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from kernel import Kernel, OpenAISettings
+from kernel import Kernel, OpenAISettings, Settings
 from kernel import model as m
 from kernel.testing import running_kernel
 from plugins.providers.openai import OpenAIProvider
@@ -44,11 +45,11 @@ async def traced_kernel(observer: Callable[[Kernel], Any]) -> AsyncIterator[tupl
         await provider.aclose()
 
 
-def memory_tracing() -> tuple[TracingObserver, InMemorySpanExporter]:
+def memory_tracing(*, capture_content: bool = False) -> tuple[TracingObserver, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return TracingObserver(provider), exporter
+    return TracingObserver(provider, capture_content=capture_content), exporter
 
 
 def by_name(spans: tuple[ReadableSpan, ...], prefix: str) -> list[ReadableSpan]:
@@ -84,6 +85,7 @@ async def test_a_run_is_one_trace_continuing_the_callers_and_the_upstream_carrie
         assert (first["gen_ai.usage.input_tokens"], first["gen_ai.usage.output_tokens"]) == (11, 3)
         assert first["gen_ai.response.finish_reasons"] == ("tool_calls",)
         assert (second["gen_ai.usage.input_tokens"], second["gen_ai.usage.output_tokens"], second["gen_ai.response.finish_reasons"]) == (20, 4, ("stop",))
+        assert not {"gen_ai.input.messages", "gen_ai.output.messages"} & {*first, *second}  # content is opt-in
         [tool] = by_name(spans, "execute_tool ")
         assert tool.name == "execute_tool current_time" and tool.parent is not None and tool.parent.span_id == run.context.span_id
         assert tool.attributes is not None and tool.attributes["gen_ai.tool.name"] == "current_time"
@@ -210,6 +212,32 @@ async def test_spans_are_exported_over_otlp_http_as_the_otel_variables_say(monke
         tg.cancel_scope.cancel()
 
 
+async def test_message_content_is_recorded_only_when_asked() -> None:
+    observer, exporter = memory_tracing(capture_content=True)
+    async with traced_kernel(lambda _k: observer) as (kernel, _upstream):
+        await run_one(kernel, m.Caller(transport="http"))
+    first, second = (dict(c.attributes or {}) for c in by_name(exporter.get_finished_spans(), "chat "))
+    sent = json.loads(first["gen_ai.input.messages"])
+    assert sent[-1] == {"role": "user", "parts": [{"type": "text", "content": "what time is it?"}]}
+    asked = json.loads(second["gen_ai.input.messages"])
+    assert [m["role"] for m in asked[-2:]] == ["assistant", "tool"]
+    assert [p["name"] for p in asked[-2]["parts"] if p["type"] == "tool_call"] == ["current_time"]
+    assert asked[-1]["parts"][0]["type"] == "tool_call_response"
+    assert json.loads(second["gen_ai.output.messages"]) == [{"role": "assistant", "parts": [{"type": "text", "content": "It is now."}], "finish_reason": "stop"}]
+
+
+def test_the_content_opt_in_is_the_conventions_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {"OTEL_TRACES_EXPORTER": "console"}
+    kernel = Kernel(Settings(), providers={})
+    plain = tracing_observer(kernel, env)
+    asked = tracing_observer(kernel, {**env, "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"})
+    assert plain is not None and asked is not None
+    assert (plain.capture_content, asked.capture_content) == (False, True)
+    assert tracing_observer(kernel, {}) is None
+    for observer in (plain, asked):
+        observer.provider.shutdown()
+
+
 def test_tracing_is_off_unless_the_standard_variables_ask() -> None:
     assert tracing_wanted({}) is None
     assert tracing_wanted({"OTEL_SERVICE_NAME": "gw"}) is None
@@ -218,3 +246,26 @@ def test_tracing_is_off_unless_the_standard_variables_ask() -> None:
     assert tracing_wanted({"OTEL_TRACES_EXPORTER": "console"}) == "console"
     assert tracing_wanted({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}) is None
     assert tracing_wanted({"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}) is None
+
+
+async def test_the_traceparent_of_a_websocket_upgrade_is_continued() -> None:
+    from kernel.testing import ScriptedProvider
+    from tests.asyncio_clients import in_asyncio
+    from tests.transports.openfang._helpers import connect, recv_until, serving
+
+    observer, exporter = memory_tracing()
+    async with serving(ScriptedProvider(), observers=[lambda _k: observer]) as server:
+
+        async def chat() -> None:
+            ws = await connect(server.ws_url, additional_headers={"traceparent": TRACEPARENT})
+            try:
+                await ws.send(json.dumps({"type": "message", "content": "hi"}))
+                await recv_until(ws, "response")
+            finally:
+                await ws.close()
+
+        await in_asyncio(chat)
+    [run] = by_name(exporter.get_finished_spans(), "invoke_agent ")
+    assert run.context is not None and run.parent is not None
+    assert (f"{run.context.trace_id:032x}", f"{run.parent.span_id:016x}") == (TRACE_ID, PARENT_ID)
+    assert run.attributes is not None and run.attributes["gateway.transport"] == "openfang"
