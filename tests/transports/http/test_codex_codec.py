@@ -322,3 +322,17 @@ def test_images_in_tool_outputs_follow_the_round_as_a_user_turn() -> None:
     ]})
     assert [message.role for message in later.history] == ["user", "assistant", "tool", "user", "assistant"]
     assert later.prompt_parts == (m.TextPart("and now?"),)
+
+
+def test_records_of_hosted_tools_are_left_out_of_a_replayed_conversation() -> None:
+    p = plan({"input": [
+        {"role": "user", "content": "search it"},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "gateway"}},
+        {"type": "local_shell_call", "call_id": "ls_1", "status": "completed", "action": {"type": "exec", "command": ["ls"]}},
+        {"type": "local_shell_call_output", "call_id": "ls_1", "output": "a.txt"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Found it."}]},
+        {"role": "user", "content": "thanks"},
+    ]})
+    assert [(message.role, message.content) for message in p.history] == [("user", "search it"), ("assistant", "Found it.")]
+    unknown = plan_or_error({"input": [{"type": "fancy_new_item"}, {"role": "user", "content": "x"}]})
+    assert isinstance(unknown, OpenAIError) and unknown.param == "input[0].type"

@@ -285,7 +285,7 @@ async def test_errors_have_openai_shape() -> None:
             ({"input": "hi", "background": True}, "background"),
             ({"input": "hi", "previous_response_id": "resp_x", "conversation": "s"}, "conversation"),
             ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].id"),
-            ({"input": [{"type": "computer_call_output", "call_id": "c"}]}, "input[0].type"),
+            ({"input": [{"type": "fancy_new_item", "call_id": "c"}]}, "input[0].type"),
             ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://example.invalid/a.png"}]}]}, "input[0].content[0]"),
             ({"input": [{"role": "user", "content": [{"type": "input_text"}]}]}, "input[0].content[0]"),  # its text is missing
             ({"input": [{"role": "assistant", "content": "prefill"}]}, "input"),

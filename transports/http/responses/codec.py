@@ -224,6 +224,13 @@ def stored_items(body: bytes) -> dict[str, dict[str, Any]]:
 
 
 _TOOL_OUTPUTS = ("function_call_output", "custom_tool_call_output")
+#: Records of tools OpenAI's servers ran (a conversation begun there, replayed here): left out
+#: of the model's context — the answer after them holds what they found — never refused.
+HOSTED_CALL_ITEMS = frozenset({
+    "web_search_call", "file_search_call", "image_generation_call", "code_interpreter_call", "local_shell_call",
+    "local_shell_call_output", "computer_call", "computer_call_output", "mcp_call", "mcp_list_tools",
+    "mcp_approval_request", "mcp_approval_response", "tool_search_call", "tool_search_output",
+})
 
 
 class _Replay(msgspec.Struct, frozen=True, kw_only=True):
@@ -306,7 +313,7 @@ def _conversation(items: list[dict[str, Any]], calls: dict[str, str], replay: _R
                 images += output[1]
             elif kind == "reasoning":
                 msgspec.convert(item, w.ReasoningItem)  # its shape is checked; its text is not replayed
-            else:
+            elif kind not in HOSTED_CALL_ITEMS:
                 return bad_request(f"Unsupported input item type {kind!r}.", param=f"{where}.type")
         except msgspec.ValidationError as exc:
             return invalid_field(exc, where)
