@@ -507,9 +507,12 @@ class Kernel:
             return routed
         return await self.execute_forwarded(command, caller)
 
-    async def execute_forwarded(self, command: m.Command, caller: m.Caller = m.LOCAL_CALLER) -> m.Reply:
+    async def execute_forwarded(self, command: m.Command, caller: m.Caller | None = None) -> m.Reply:
         """Carry out a command here (the cluster's callback for commands forwarded to us).
-        A run's command hands its caller (transport, ``traceparent``) to the run's telemetry."""
+        A run's command hands its caller (transport, ``traceparent``) to the run's telemetry.
+        ``caller``: the one a peer forwarded beside the command; None is the caller of the
+        command being routed here (a takeover or hand-over carries it out locally as them)."""
+        caller = caller if caller is not None else acting_caller()
         handler = _HANDLERS.get(type(command))
         run_handler = _RUN_HANDLERS.get(type(command))
         if handler is None and run_handler is None:
