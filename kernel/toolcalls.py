@@ -183,9 +183,13 @@ class ToolRunner:
 
     def _question_of(self, tool: Tool, call: ToolCall) -> Callable[[str], Awaitable[tuple[bool, str | None]]]:
         """A running tool's own question (a remote agent asking for input): put to the user
-        as an approval of this call, its description the question."""
+        as an approval of this call, its description the question — unless the run's policy
+        answers this tool's calls itself (then it answers the question the same way)."""
 
         async def ask(question: str) -> tuple[bool, str | None]:
+            decided = self.policy.decides(tool.name, tool.category)
+            if decided != "ask":
+                return decided == "approve", self.policy.reason if decided == "reject" else None
             return await self._ask(tool, call, question)
 
         return ask

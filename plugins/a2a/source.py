@@ -145,7 +145,7 @@ class A2AToolSource:
             except (A2AClientError, A2AError, httpx.HTTPError, TimeoutError, ValueError) as exc:
                 raise ToolFailure(f"the A2A agent {self.name}'s card could not be read from {self.settings.url}: {type(exc).__name__}: {exc}") from None
             self.card_name, self.failure = card.name, None
-            self._tool = self._make_tool(f"the remote A2A agent {card.name}: {card.description}")
+            self._tool = self._make_tool(f"the remote A2A agent {card.name}: {card.description.rstrip('.')}")
             self._client = client
             return client
 
@@ -185,14 +185,13 @@ class A2AToolSource:
         return f"{call.text}\n\n(context_id: {call.context_id})" if call.context_id else call.text
 
     async def _question(self, ctx: ToolContext, call: _Call) -> str:
-        """The remote task asks: the local user answers (approve with an optional answer text,
-        or reject); without anyone to ask, the call fails."""
+        """The remote task asks: the local user answers — approving with their reason as the
+        reply (``approve`` without one), or rejecting (``reject``); without anyone to ask, the
+        call fails."""
         if ctx.ask is None:
             raise ToolFailure(f"the A2A agent {self.name} asks for input nobody here can give: {call.status_text}")
         approved, reply = await ctx.ask(f"The A2A agent {self.name} asks: {call.status_text}")
-        if approved:
-            return reply or "approve"
-        return reply or "reject"
+        return (reply or "approve") if approved else "reject"
 
 
 class A2AAgents:
