@@ -53,9 +53,7 @@ class _Connection:
         self.kernel, self.config, self.conn = kernel, config, conn
 
     async def run(self) -> None:
-        opened = await self.kernel.execute(m.OpenSession(agent_id=self.config.agent))
-        assert isinstance(opened, m.SessionOpened)
-        session = opened.session
+        session = (await self.kernel.execute(m.OpenSession(agent_id=self.config.agent))).session
         self.codec = LinechatCodec(session.session_id, m.approval_policy(self.config.tool_approval, reason="this linechat server does not allow it"))
         self.conn.farewell = lambda: self.codec.render(Failure("gateway shutting down", ends_response=False))
         # Following starts before any prompt can run, so no event is missed.
@@ -98,5 +96,4 @@ class _Connection:
 
     async def busy(self, session_id: str) -> bool:
         """Whether the session has a run going or waiting."""
-        reply = await self.kernel.execute(m.GetSession(session_id=session_id))
-        return isinstance(reply, m.SessionOpened) and (reply.session.run_id is not None or reply.session.queued > 0)
+        return (await self.kernel.execute(m.GetSession(session_id=session_id))).session.busy
