@@ -109,12 +109,14 @@ _EXPORTS: dict[str, str] = {
     "key_body": ".store",
     "key_of_row": ".store",
     "RateWindows": ".access",
+    "current_caller": ".access",
 }
 
 __getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from .access import RateWindows as RateWindows
+    from .access import current_caller as current_caller
     from .attachments import IMAGE_TYPES as IMAGE_TYPES
     from .attachments import admit_part as admit_part
     from .attachments import admit_parts as admit_parts

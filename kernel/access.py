@@ -26,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import anyio
 
@@ -93,6 +93,10 @@ def acting_caller() -> m.Caller:
     return _acting.get()
 
 
+#: The public name (``kernel.current_caller``): a cluster plugin serializes it with a command.
+current_caller = acting_caller
+
+
 def acting_principal() -> m.Principal:
     """The owner of a session the command being carried out creates."""
     return _acting.get().principal
@@ -141,6 +145,7 @@ def filter_reply(principal: m.Principal, reply: m.Reply) -> m.Reply:
     return reply
 
 
+@runtime_checkable
 class RateWindows(Protocol):
     """Runs started per key in the last minute: in this process, or in Redis for a cluster
     (one window for all instances)."""
@@ -177,7 +182,10 @@ class Access:
 
     def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel
-        self.windows: RateWindows = LocalWindows()
+        # A cluster that keeps windows in its shared store (Redis) has one window per key for
+        # all instances; without one, this process counts alone.
+        shared = kernel.cluster if isinstance(kernel.cluster, RateWindows) else None
+        self.windows: RateWindows = shared if shared is not None else LocalWindows()
         self.meter = UsageMeter(self)
         # Tokens of ended runs not yet in the store, by key (counted by ``admit`` meanwhile).
         self.unrecorded: dict[str, int] = {}

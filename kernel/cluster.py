@@ -58,7 +58,10 @@ OWNER_CHECK_S = 1.0
 class ClusterHost(Protocol):
     """What the cluster calls back in its kernel."""
 
-    async def execute_forwarded(self, command: m.Command) -> m.Reply: ...
+    async def execute_forwarded(self, command: m.Command, caller: m.Caller | None = None) -> m.Reply:
+        """Carry out a forwarded command as ``caller`` (who sent it, at the instance it arrived
+        at): the owner checks scope and ownership again."""
+        ...
 
     def lease_lost(self, session_id: str) -> None: ...
 

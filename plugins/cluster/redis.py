@@ -34,7 +34,7 @@ import msgspec
 from anyio.abc import TaskStatus
 from coredis.tokens import PureToken
 
-from kernel import ClusterHost
+from kernel import ClusterHost, current_caller
 from kernel import model as m
 
 log = logging.getLogger("gateway.cluster")
@@ -47,6 +47,19 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+#: One key's sliding window of runs (kernel/access.py's RateWindows), atomic across instances:
+#: entries older than the window are dropped; at the limit the seconds until the oldest leaves
+#: are returned, else the run is counted and 0 returned.
+_WINDOW = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[1]) - tonumber(ARGV[2]))
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return tostring(tonumber(oldest[2]) + tonumber(ARGV[2]) - tonumber(ARGV[1]))
+end
+redis.call('ZADD', KEYS[1], ARGV[1], ARGV[4])
+redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2]) * 1000))
+return '0'
+"""
 _encode = msgspec.json.Encoder().encode
 _decode_event = msgspec.json.Decoder(m.Event).decode
 _REDIS_ERRORS = (coredis.exceptions.ConnectionError, coredis.exceptions.BusyLoadingError, TimeoutError, OSError)
@@ -58,6 +71,8 @@ class Forwarded(msgspec.Struct, frozen=True):
     # Wall-clock time after which the sender no longer waits: an owner that finds the
     # command later (it restarted under the same instance id) drops it instead of acting.
     expires: float = 0.0
+    # Who sent it (key, transport, traceparent): the owner authorizes the command as them.
+    caller: m.Caller = m.LOCAL_CALLER
 
 
 class Answered(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -179,7 +194,7 @@ class RedisCluster:
             log.warning("cluster: dropped a forwarded %s whose sender stopped waiting", type(request.command).__name__)
             return
         try:
-            answer = Answered(reply=await host.execute_forwarded(request.command))
+            answer = Answered(reply=await host.execute_forwarded(request.command, request.caller))
         except m.KernelError as exc:
             answer = Answered(error=exc.info())
         except Exception as exc:
@@ -252,6 +267,19 @@ class RedisCluster:
             raise self._unavailable(exc) from None
         return current.decode() if current is not None else None
 
+    async def hit(self, name: str, limit: int, window_s: float) -> float:
+        """A key's runs-per-minute window, one for all instances (``RateWindows``): the kernel
+        uses the cluster's when it has one. Redis unreachable is ``unavailable``."""
+        try:
+            wait = await self._client.eval(
+                _WINDOW, keys=[f"{self.prefix}:rate:{name}"], args=[time.time(), window_s, limit, uuid.uuid4().hex]
+            )
+        except _REDIS_ERRORS as exc:
+            raise self._unavailable(exc) from None
+        if isinstance(wait, bytes):
+            wait = wait.decode()
+        return max(float(wait), 0.0) if isinstance(wait, (str, int, float)) else 0.0
+
     async def ping(self) -> None:
         try:
             await self._client.ping()
@@ -273,7 +301,7 @@ class RedisCluster:
         command is still in the inbox, it is taken back (``LREM``, atomic: the owner either
         took it or never will) and ``unavailable`` is raised, so the caller takes the session
         over within the lease, not the forward timeout."""
-        request = Forwarded(id=uuid.uuid4().hex, command=command, expires=time.time() + self.forward_timeout_s)
+        request = Forwarded(id=uuid.uuid4().hex, command=command, expires=time.time() + self.forward_timeout_s, caller=current_caller())
         payload, inbox = _encode(request), self._inbox_key(owner)
         lease = self._owner_key(getattr(command, "session_id", None) or "")
         deadline = anyio.current_time() + self.forward_timeout_s
