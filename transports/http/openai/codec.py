@@ -401,19 +401,9 @@ def data_url(url: str) -> tuple[str, bytes] | None:
 
 # ---------------------------------------------------------------- kernel commands
 
-#: The label of the throw-away session of each request.
+#: The label of the throw-away session of each request (``runs.ephemeral_run``: OpenAI clients
+#: send the whole conversation every time, so it lives in memory only, for one run).
 EPHEMERAL_LABEL = "openai chat (ephemeral)"
-
-
-def open_session(plan: ChatPlan) -> m.OpenSession:
-    """OpenAI clients send the whole conversation every time: each request is one run
-    in a fresh session that lives in memory only (no disk write before the first token)."""
-    return m.OpenSession(agent_id=plan.agent_id, label=EPHEMERAL_LABEL, ephemeral=True)
-
-
-def save_history(plan: ChatPlan, session_id: str) -> m.SaveHistory | None:
-    """The prior turns, as the session's history (None when there are none)."""
-    return m.SaveHistory(session_id=session_id, messages=plan.history) if plan.history else None
 
 
 def run_command(plan: ChatPlan, session_id: str, request_id: str) -> m.Prompt | m.Continue:

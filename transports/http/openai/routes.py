@@ -1,6 +1,6 @@
 """OpenAI-compatible routes: ``POST /v1/chat/completions``, ``GET /v1/models[/{id}]``.
 
-A chat completion is one kernel run in a throw-away session (``codec.open_session``):
+A chat completion is one kernel run in a throw-away session (``runs.ephemeral_run``):
 the prior turns are saved as its history, the run is followed by the kernel's run
 follower under the transport's approval policy (nobody can answer a question on this
 API), and the session is deleted when the answer is out or the client went away.
@@ -13,11 +13,9 @@ in-stream ``{"error": ...}`` event, which the OpenAI SDKs raise.
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Iterable
 
 import anyio
 
@@ -25,12 +23,10 @@ from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
 from transports.shared import Request, Response, Router, format_sse, json_response, open_sse, write_frames
 
-from ..runs import Unanswered, read_run
+from ..runs import Unanswered, ephemeral_run, read_run
 from . import codec
 from .codec import ChatPlan
 from .wire import OpenAIError
-
-log = logging.getLogger("gateway.http")
 
 
 def _error(error: OpenAIError) -> Response:
@@ -78,31 +74,15 @@ class OpenAIApi:
             return _error(plan)
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
         try:
-            async with self._conversation(plan, completion_id, request.caller) as run:
+            async with ephemeral_run(
+                self.kernel, agent_id=plan.agent_id, label=codec.EPHEMERAL_LABEL, history=plan.history,
+                command=lambda session_id: codec.run_command(plan, session_id, completion_id), policy=self.policy, caller=request.caller,
+            ) as run:
                 if plan.stream:
                     return await self._stream(request, run, plan, completion_id)
                 return await self._complete(request, run, plan, completion_id)
         except KernelError as exc:
             return _error(codec.from_error_info(exc.info()))
-
-    @asynccontextmanager
-    async def _conversation(self, plan: ChatPlan, request_id: str, caller: m.Caller) -> AsyncIterator[RunFollower]:
-        """The request's run, started in its ephemeral session (the caller's); the session is deleted after."""
-        opened = await self.kernel.execute(codec.open_session(plan), caller)
-        session_id = opened.session.session_id
-        try:
-            history = codec.save_history(plan, session_id)
-            if history is not None:
-                await self.kernel.execute(history, caller)
-            command = codec.run_command(plan, session_id, request_id)
-            async with await RunFollower.start(self.kernel, command, policy=self.policy, client="http", caller=caller) as run:
-                yield run
-        finally:
-            with anyio.CancelScope(shield=True):
-                try:  # the kernel lets an unfinished run record its end first
-                    await self.kernel.execute(m.DeleteSession(session_id=session_id), caller)
-                except KernelError as error:
-                    log.debug("deleting ephemeral session %s: %s", session_id, error.message)
 
     async def _unanswered(self, run: RunFollower, why: Unanswered) -> Response:
         await run.interrupt("client" if why == "gone" else "timeout")
