@@ -22,6 +22,7 @@ from langchain_openai import ChatOpenAI
 
 from kernel.settings import AgentSettings, OpenAISettings, Settings
 from kernel.testing import running_kernel
+from plugins.providers.echo import EchoProvider
 from plugins.providers.openai import OpenAIProvider
 from tests.fakes.openai_server import FakeOpenAIServer, Reply, fake_openai_server
 
@@ -222,3 +223,15 @@ async def test_bad_formats_and_choices_are_refused_naming_the_field() -> None:
                 await sdk.chat.completions.create(model=AGENT, messages=[{"role": "user", "content": "hi"}], **extra)
             assert refused.value.param == param, (extra, refused.value.message)
         await sdk.close()
+
+
+# ---------------------------------------------------------------- offline: the echo model
+
+
+@pytest.mark.parametrize("method", ["json_schema", "function_calling"])
+async def test_langchain_structured_output_works_offline_with_the_echo_model(method: str) -> None:
+    settings = Settings(agents=[AgentSettings(name=AGENT)])
+    async with running_kernel(EchoProvider(), settings=settings, tools=[ADD_TOOL]) as kernel, http_server(kernel) as url:
+        model = chat_model(f"{url}/v1").with_structured_output(Person, method=method)  # type: ignore[arg-type]
+        person = await in_thread(lambda: model.invoke("Describe someone."))
+    assert isinstance(person, Person) and person.age == 18 and person.role == "admin"
