@@ -44,7 +44,7 @@ def check_url(url: str, allow: list[str]) -> None:
         raise PushRefused(f"push URL {url!r} is not allowed (the server's push_allow list does not include it)")
 
 
-async def _check_addresses(url: str, allow: list[str]) -> None:
+async def check_addresses(url: str, allow: list[str]) -> None:
     """At send time: a host that resolves to an inner address is refused unless named."""
     parts = urlsplit(url)
     host = parts.hostname or ""
@@ -127,7 +127,7 @@ class Pusher:
         delay = self.backoff_s
         for attempt in range(self.retries + 1):
             try:
-                await _check_addresses(config.url, self.allow)
+                await check_addresses(config.url, self.allow)
                 status = await post_json(config.url, body, headers, timeout_s=self.timeout_s)
                 if 200 <= status < 300:
                     self.delivered += 1

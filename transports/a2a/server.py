@@ -20,7 +20,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskStatus
 
-from kernel import Kernel, KernelError
+from kernel import Kernel, KernelError, http_headers
 from kernel import model as m
 from transports.base import BannerLine
 from transports.shared import (
@@ -409,7 +409,9 @@ class A2AApi:
             try:
                 result = await handler(request)
             except A2AFail as exc:
-                return json_response(exc.failure.http_status, codec.rest_error(exc.failure))
+                failure = exc.failure
+                headers = http_headers(m.ErrorInfo(code=failure.kernel_code, message=failure.message))  # Retry-After
+                return json_response(failure.http_status, codec.rest_error(failure), headers=headers)
             if result is None or isinstance(result, Response):
                 return result
             return json_response(200, result)

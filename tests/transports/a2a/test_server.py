@@ -160,17 +160,20 @@ async def test_data_and_file_parts_reach_the_model() -> None:
 @pytest.mark.parametrize("binding", BINDINGS)
 async def test_a_second_client_subscribes_mid_run_and_both_see_the_end(binding: str) -> None:
     provider = GatedProvider()
-    async with served(provider) as (_, url), sdk_client(url, binding=binding) as first, sdk_client(url, binding=binding) as second:
+    async with served(provider) as (kernel, url), sdk_client(url, binding=binding) as first, sdk_client(url, binding=binding) as second:
         stream = first.send_message(text("go"))
         head = [await anext(stream), await anext(stream)]  # the Task, the first chunk
         task_id = head[0].task.id
         watcher = second.subscribe(SubscribeToTaskRequest(id=task_id))
         opening = await anext(watcher)  # the current Task: the subscription is live
+        info = await kernel.execute(m.GetSession(session_id=task_id.split("~")[0]))
         provider.gate.set()
         rest = await collect(stream)
         watched = await collect(watcher)
     assert opening.task.id == task_id and opening.task.status.state == TaskState.TASK_STATE_WORKING
     assert opening.task.artifacts[0].parts[0].text == "first "
+    # The console (and every session list) shows the session, followed by the a2a transport.
+    assert isinstance(info, m.SessionOpened) and info.session.state == "running" and "a2a" in info.session.clients
     assert streamed_text(head + rest) == "first second" and streamed_text(watched) == "second"
     assert watched[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED == rest[-1].status_update.status.state
 
@@ -359,3 +362,14 @@ async def test_tasks_are_listed_from_the_store_after_a_restart(tmp_path: Path) -
     assert [t.id for t in listed.tasks] == [first.task.id]
     assert got.status.state == TaskState.TASK_STATE_COMPLETED and got.artifacts[0].parts[0].text == "kept"
     assert got.history[0].parts[0].text == "remember"
+
+
+async def test_a_push_url_that_resolves_to_an_inner_address_needs_its_host_named() -> None:
+    from transports.a2a.push import PushRefused, check_addresses, check_url
+
+    check_url("http://localhost:9/hook", ["http://"])  # under the prefix: statically fine
+    with pytest.raises(PushRefused, match="inner address"):
+        await check_addresses("http://localhost:9/hook", ["http://"])  # ...but it is this machine
+    await check_addresses("http://localhost:9/hook", ["http://localhost:9/"])  # named: allowed
+    with pytest.raises(PushRefused, match="not allowed"):
+        check_url("http://example.com/hook", ["http://localhost:9/"])
