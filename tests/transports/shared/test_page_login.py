@@ -54,6 +54,13 @@ def test_the_cookie_is_named_per_port_and_read_back_exactly() -> None:
     assert extract_token(headers(host="h:1", cookie="gateway_token_1=c"), {"token": "q"}) == "q"
 
 
+def test_x_api_key_is_a_token_after_bearer() -> None:
+    """Anthropic's clients (Claude Code, the SDKs before 2.x) send their key as ``x-api-key``."""
+    assert extract_token(headers(host="h:1", **{"x-api-key": " k "}), {"token": "q"}) == "k"
+    assert extract_token(headers(host="h:1", authorization="Bearer b", **{"x-api-key": "k"}), {}) == "b"
+    assert extract_token(headers(host="h:1", **{"x-api-key": ""}), {"token": "q"}) == "q"
+
+
 @given(st.text(max_size=200))
 def test_any_token_survives_the_cookie(token: str) -> None:
     set_cookie = token_cookie("127.0.0.1:8000", token)
