@@ -22,9 +22,11 @@ from collections.abc import Awaitable, Callable
 import anyio
 from anyio.abc import ByteStream, SocketAttribute, SocketStream, TaskStatus
 
+from kernel.model import ADMIN, Caller
+
 from ._config import ServerConfig, resolve_token, validate_bind
 from ._lines import LineTooLong
-from ._security import SlidingWindowLimiter, token_matches
+from ._security import ANONYMOUS, KeyResolver, SlidingWindowLimiter, resolve_principal
 from ._tracker import ConnectionTracker
 
 __all__ = ["LineConnection", "LineServerConfig", "LineSplitter", "serve_lines"]
@@ -105,6 +107,9 @@ class LineConnection:
         #: What to say when the server stops while this connection is open (run under the
         #: write lock, like :meth:`write`); set by the dialect, None says nothing.
         self.farewell: Callable[[], str | bytes] | None = None
+        #: Who is on the other end, from the first line's token or API key (``token_of``):
+        #: pass it with every command and follower. Set by :func:`serve_lines`.
+        self.caller: Caller = ANONYMOUS
         self.eof = False  # the client closed its side (or the socket broke)
         self.closed = False  # the client stopped taking output: nothing more is written
         self._stream = stream
@@ -161,9 +166,15 @@ async def serve_lines(
     refusal: Callable[[str], str | bytes],
     auth_hint: str = "the first line must present the access token",
     send_timeout_s: float | None = None,
+    keys: KeyResolver | None = None,
+    transport: str | None = None,
     task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve a line dialect on TCP until cancelled; ``handler`` runs once per admitted connection.
+
+    ``keys`` (the kernel): the first line may present an API key instead of the admin token,
+    and once keys exist a first line is needed even without a token; the connection's
+    :attr:`LineConnection.caller` is who it resolved to (``transport`` names the dialect).
 
     ``token_of(first_line)`` is the token a first line presents (None: not a token line);
     ``refusal(message)`` is the text that tells a client why it is turned away (too many
@@ -187,7 +198,9 @@ async def serve_lines(
                 stream, peer=peer, max_line_bytes=config.max_message_bytes, rate_limit_per_minute=config.rate_limit_per_minute, send_timeout_s=send_timeout_s
             )
             try:
-                if await _authenticated(conn, token, token_of, config.auth_timeout_s):
+                caller = await _authenticate(conn, token, keys, token_of, config.auth_timeout_s, transport)
+                if caller is not None:
+                    conn.caller = caller
                     await _run(conn, handler)
                 else:
                     await conn.send(refusal(f"unauthorized: {auth_hint}"))
@@ -204,14 +217,20 @@ async def serve_lines(
         await listener.serve(admit)
 
 
-async def _authenticated(conn: LineConnection, token: str | None, token_of: Callable[[bytes], str | None], timeout_s: float) -> bool:
-    """The token handshake: no token is set, or the first line (in time) presents it."""
-    if token is None:
-        return True
+async def _authenticate(
+    conn: LineConnection, token: str | None, keys: KeyResolver | None, token_of: Callable[[bytes], str | None], timeout_s: float,
+    transport: str | None,
+) -> Caller | None:
+    """The handshake: without a token or keys, the admin at once; else the first line (in
+    time) presents the token or a key, resolved as every transport resolves credentials."""
+    if token is None and (keys is None or not await keys.keys_required()):
+        return Caller(principal=ADMIN, transport=transport)
     line = None
     with anyio.move_on_after(timeout_s):
         line = await conn.receive()
-    return isinstance(line, bytes) and token_matches(token_of(line), token)
+    presented = token_of(line) if isinstance(line, bytes) else None
+    principal = await resolve_principal(presented, token, keys) if presented is not None else None
+    return Caller(principal=principal, transport=transport) if principal is not None else None
 
 
 async def _run(conn: LineConnection, handler: Callable[[LineConnection], Awaitable[None]]) -> None:

@@ -45,6 +45,7 @@ class LinechatTransport:
             config, lambda conn: _Connection(kernel, config, conn).run(), task_status=task_status,
             token_of=presented_token, auth_hint="the first line must be /token TOKEN", refusal=lambda text: LinechatCodec().render(Failure(text)),
             send_timeout_s=kernel.settings.session.lag_grace_s,  # a client that stops reading is dropped
+            keys=kernel, transport=self.name,  # the first line may present an API key: conn.caller is who it is
         )
 
 
@@ -53,11 +54,11 @@ class _Connection:
         self.kernel, self.config, self.conn = kernel, config, conn
 
     async def run(self) -> None:
-        session = (await self.kernel.execute(m.OpenSession(agent_id=self.config.agent))).session
+        session = (await self.kernel.execute(m.OpenSession(agent_id=self.config.agent), self.conn.caller)).session
         self.codec = LinechatCodec(session.session_id, m.approval_policy(self.config.tool_approval, reason="this linechat server does not allow it"))
         self.conn.farewell = lambda: self.codec.render(Failure("gateway shutting down", ends_response=False))
         # Following starts before any prompt can run, so no event is missed.
-        async with await Follower.open(self.kernel, session.session_id, client="linechat") as events, anyio.create_task_group() as tg:
+        async with await Follower.open(self.kernel, session.session_id, client="linechat", caller=self.conn.caller) as events, anyio.create_task_group() as tg:
             tg.start_soon(self.write_events, events)
             await self.send(Greeting(session.session_id, self.kernel.agent(session.agent_id).name, session.model))
             while (line := await self.conn.receive()) is not None:
@@ -71,7 +72,7 @@ class _Connection:
         if wait_s := self.conn.limiter.check():
             return await self.send(self.codec.failure(command, f"rate limit reached: wait {wait_s:.1f}s"))
         try:  # a line that makes no sense is answered by its own failure
-            reply: Output = command if isinstance(command, Failure) else await self.kernel.execute(command)
+            reply: Output = command if isinstance(command, Failure) else await self.kernel.execute(command, self.conn.caller)
         except KernelError as exc:
             reply = self.codec.failure(command, exc.message)
         await self.send(reply)
@@ -88,12 +89,12 @@ class _Connection:
         """The client closed its side: what it asked for may still finish (bounded). Then the
         session is closed, which interrupts what is left and ends the writer once it wrote the
         session's last events."""
-        async with await Follower.open(self.kernel, session_id) as events:  # before asking: no end is missed
+        async with await Follower.open(self.kernel, session_id, caller=self.conn.caller) as events:  # before asking: no end is missed
             with anyio.move_on_after(self.config.eof_grace_s):
                 while not self.conn.closed and await self.busy(session_id):
                     await events.next_batch()
-        await self.kernel.execute(m.CloseSession(session_id=session_id))
+        await self.kernel.execute(m.CloseSession(session_id=session_id), self.conn.caller)
 
     async def busy(self, session_id: str) -> bool:
         """Whether the session has a run going or waiting."""
-        return (await self.kernel.execute(m.GetSession(session_id=session_id))).session.busy
+        return (await self.kernel.execute(m.GetSession(session_id=session_id), self.conn.caller)).session.busy
