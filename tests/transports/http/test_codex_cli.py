@@ -14,6 +14,7 @@ temp workdir, every request but loopback sent to a dead proxy.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import AsyncIterator
@@ -31,6 +32,7 @@ from plugins.providers.echo import EchoProvider
 from plugins.providers.openai import OpenAIProvider
 from tests.fakes.openai_server import Reply, ToolCallScript, fake_openai_server
 from tests.node_clients import npm_install
+from transports.http.responses import codec as responses_codec
 
 from ._helpers import http_server
 
@@ -96,6 +98,27 @@ async def run_codex(
     return out, err
 
 
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The bodies Codex posts to /v1/responses, as the gateway reads them."""
+    bodies: list[dict[str, Any]] = []
+    decode = responses_codec.decode_request
+
+    def recording(raw: bytes) -> Any:
+        bodies.append(json.loads(raw))
+        return decode(raw)
+
+    monkeypatch.setattr(responses_codec, "decode_request", recording)
+    return bodies
+
+
+def sealed_text(token: str) -> str:
+    """The text inside one of the gateway's sealed reasoning tokens (``gw1.<text>.<tag>``)."""
+    prefix, body, _tag = token.split(".")
+    assert prefix == "gw1"
+    return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode()
+
+
 @asynccontextmanager
 async def gateway(provider: Any) -> AsyncIterator[tuple[Kernel, str]]:
     settings = Settings(agents=[AgentSettings(name=AGENT)])
@@ -109,10 +132,11 @@ async def test_codex_exec_answers_from_the_echo_model(codex: tuple[str, Path], t
     assert out.strip() == "echo: Say the word pineapple", err[-2000:]
 
 
-async def test_codex_runs_its_exec_command_for_the_model(codex: tuple[str, Path], tmp_path: Path) -> None:
+async def test_codex_runs_its_exec_command_for_the_model(codex: tuple[str, Path], tmp_path: Path, sent: list[dict[str, Any]]) -> None:
     command = {"cmd": "echo codex-ran-$((6*7)) > proof.txt && cat proof.txt"}
     script = [
-        Reply(text="Let me run that.", tool_calls=[ToolCallScript(name="exec_command", arguments=json.dumps(command), id="call_exec_1")]),
+        Reply(text="Let me run that.", reasoning="The user wants the proof command.",
+              tool_calls=[ToolCallScript(name="exec_command", arguments=json.dumps(command), id="call_exec_1")]),
         Reply(text="The command printed codex-ran-42.", chunks=4),
     ]
     async with fake_openai_server(script) as upstream:
@@ -135,6 +159,13 @@ async def test_codex_runs_its_exec_command_for_the_model(codex: tuple[str, Path]
     results = [m for m in second["messages"] if m["role"] == "tool"]
     assert len(results) == 1 and results[0]["tool_call_id"] == "call_exec_1" and "codex-ran-42" in results[0]["content"]
     assert len(upstream.requests) == 2
+    # What Codex sent back on its second request (store: false): the reasoning item with the
+    # gateway's sealed copy, the call, and the command's output.
+    assert [body["store"] for body in sent] == [False, False]
+    replayed = {item.get("type", "message"): item for item in sent[1]["input"]}
+    assert sealed_text(replayed["reasoning"]["encrypted_content"]) == "The user wants the proof command."
+    assert (replayed["function_call"]["name"], replayed["function_call"]["call_id"]) == ("exec_command", "call_exec_1")
+    assert "codex-ran-42" in json.dumps(replayed["function_call_output"]["output"])
 
 
 async def test_codex_fails_on_an_answer_cut_short(codex: tuple[str, Path], tmp_path: Path) -> None:
