@@ -101,16 +101,17 @@ class _Run:
 
 
 class A2AApi:
-    def __init__(self, kernel: Kernel, config: A2AConfig, *, token_required: bool) -> None:
+    def __init__(self, kernel: Kernel, config: A2AConfig, *, token: str | None) -> None:
         self.kernel = kernel
         self.config = config
-        self.token_required = token_required
+        self.token = token
         self.policy = m.approval_policy(config.tool_approval, reason=POLICY_DENIAL)
         try:
             self.agent_id = kernel.agent(config.agent).agent_id()
         except KernelError as exc:
             raise ConfigError(f"agent: {exc.message}") from None
-        self.caller = m.Caller(transport=CLIENT)
+        # The cards are public: the tools they list are read as the transport itself.
+        self.card_caller = m.Caller(transport=CLIENT)
         self.book = TaskBook(kernel, client=CLIENT, capacity=config.max_tasks)
         self.pusher = Pusher(config.push_allow, timeout_s=config.push_timeout_s, retries=config.push_retries)
         self.book.listeners.append(self._push)
@@ -163,25 +164,30 @@ class A2AApi:
         agent_id = self._agent(request)
         settings = self.kernel.agent(agent_id)
         info = self.kernel.agent_info(settings)
-        listed = await self.kernel.execute(m.ListTools(), self.caller)
+        listed = await self.kernel.execute(m.ListTools(), self.card_caller)
         assert isinstance(listed, m.ToolList)
         tools = [t for t in listed.tools if t.name in info.tools] if info.tools else []
-        return codec.agent_card(info, url=self._url(request, agent_id), version=self.kernel.version, tools=tools, token_required=self.token_required)
+        required = await self._credentials_required()
+        return codec.agent_card(info, url=self._url(request, agent_id), version=self.kernel.version, tools=tools, token_required=required)
+
+    async def _credentials_required(self) -> bool:
+        """Whether a client must authenticate: an admin token is set, or API keys exist."""
+        return self.token is not None or await self.kernel.keys_required()
 
     async def card(self, request: Request) -> Response:
         return json_response(200, await self._card(request))
 
     # ---------------------------------------------------------- the methods (1.0 shapes)
 
-    async def _execute(self, command: m.Command) -> m.Reply:
+    async def _execute(self, command: m.Command, caller: m.Caller) -> m.Reply:
         try:
-            return await self.kernel.execute(command, self.caller)
+            return await self.kernel.execute(command, caller)
         except KernelError as exc:
             _fail(codec.from_kernel(exc.info()))
 
-    async def _task(self, task_id: str) -> RunTask:
+    async def _task(self, task_id: str, caller: m.Caller) -> RunTask:
         try:
-            task = await self.book.get(task_id, self.caller)
+            task = await self.book.get(task_id, caller)
         except KernelError as exc:
             _fail(codec.from_kernel(exc.info()))
         if task is None:
@@ -202,7 +208,7 @@ class A2AApi:
             except PushRefused as exc:
                 _fail(codec.invalid_params(str(exc)))
         if message.task_id:
-            return await self._continue(message, follow=follow)
+            return await self._continue(message, request.caller, follow=follow)
         context_id = message.context_id or None
         if context_id is not None and session_of(f"{context_id}~x") is None:
             _fail(codec.invalid_params(f"A contextId is 1-128 letters, digits, '.', '_' or '-': {context_id!r}"))
@@ -211,19 +217,19 @@ class A2AApi:
             _fail(parts)
         prompt = m.Prompt(session_id=context_id, agent_id=self._agent(request), parts=parts, options=m.PromptOptions(approval=self.policy))
         try:
-            task, feed = await self.book.start(prompt, self.caller, follow=follow)
+            task, feed = await self.book.start(prompt, request.caller, follow=follow)
         except KernelError as exc:
             _fail(codec.from_kernel(exc.info()))
         if push is not None:
             self.pusher.add(msgspec.structs.replace(push, task_id=task.task_id), config_id=push.id or uuid.uuid4().hex)
         return task, (_Run(feed, fresh=True) if feed is not None else None)
 
-    async def _continue(self, message: w.Message, *, follow: bool) -> tuple[RunTask, _Run | None]:
+    async def _continue(self, message: w.Message, caller: m.Caller, *, follow: bool) -> tuple[RunTask, _Run | None]:
         task_id = message.task_id or ""
         session_id = session_of(task_id)
         if message.context_id and session_id is not None and message.context_id != session_id:
             _fail(codec.invalid_params(f"Task {task_id!r} belongs to context {session_id!r}, not {message.context_id!r}"))
-        task = await self._task(task_id)
+        task = await self._task(task_id, caller)
         if task.terminal:
             _fail(codec.unsupported_operation(f"Task {task_id!r} is in a terminal state ({task.state})"))
         if task.state != "input_required":
@@ -231,9 +237,9 @@ class A2AApi:
         answer = codec.answer_of(message.parts)
         if answer is None:
             _fail(codec.invalid_params('The task waits for an answer: the text "approve" or "reject", or a data part {"approved": true|false}'))
-        feed = await self._follow(task) if follow else None
+        feed = await self._follow(task, caller) if follow else None
         try:
-            await self.book.answer(task, answer[0], answer[1], self.caller)
+            await self.book.answer(task, answer[0], answer[1], caller)
         except KernelError as exc:
             if feed is not None:
                 feed.follower.close()
@@ -243,9 +249,9 @@ class A2AApi:
         feed.task.state, feed.task.question = "working", None
         return task, _Run(feed)
 
-    async def _follow(self, task: RunTask) -> TaskFollower:
+    async def _follow(self, task: RunTask, caller: m.Caller) -> TaskFollower:
         try:
-            return await self.book.follow(task, self.caller)
+            return await self.book.follow(task, caller)
         except KernelError as exc:
             _fail(codec.from_kernel(exc.info()))
 
@@ -263,41 +269,41 @@ class A2AApi:
         assert run is not None
         return run, run.first()
 
-    async def subscribe(self, task_id: str) -> tuple[_Run, list[w.StreamResponse]]:
-        task = await self._task(task_id)
+    async def subscribe(self, task_id: str, caller: m.Caller) -> tuple[_Run, list[w.StreamResponse]]:
+        task = await self._task(task_id, caller)
         if task.terminal:
             _fail(codec.unsupported_operation(f"Task {task_id!r} is in a terminal state ({task.state}): there is nothing to subscribe to"))
-        run = _Run(await self._follow(task))
+        run = _Run(await self._follow(task, caller))
         return run, run.first()
 
-    async def get_task(self, params: w.GetTaskRequest) -> w.Task:
-        return codec.task_out(view_of(await self._task(params.id)), history_length=params.history_length)
+    async def get_task(self, params: w.GetTaskRequest, caller: m.Caller) -> w.Task:
+        return codec.task_out(view_of(await self._task(params.id, caller)), history_length=params.history_length)
 
-    async def cancel_task(self, task_id: str) -> w.Task:
-        task = await self._task(task_id)
+    async def cancel_task(self, task_id: str, caller: m.Caller) -> w.Task:
+        task = await self._task(task_id, caller)
         if task.terminal:
             _fail(codec.task_not_cancelable(f"Task {task_id!r} is already {task.state}"))
-        async with await self._follow(task) as feed:
+        async with await self._follow(task, caller) as feed:
             try:
-                await self.book.cancel(task, self.caller)
+                await self.book.cancel(task, caller)
             except KernelError:  # it ended meanwhile
-                return codec.task_out(view_of(await self._task(task_id)))
+                return codec.task_out(view_of(await self._task(task_id, caller)))
             with anyio.move_on_after(CANCEL_WAIT_S):
                 while not feed.task.terminal:
                     await feed.next()
         return codec.task_out(view_of(feed.task))
 
-    async def list_tasks(self, params: w.ListTasksRequest) -> w.ListTasksResponse:
+    async def list_tasks(self, params: w.ListTasksRequest, caller: m.Caller) -> w.ListTasksResponse:
         size = min(params.page_size or PAGE_SIZE, MAX_PAGE_SIZE)
         try:
             if params.context_id:
-                tasks = await self.book.list(params.context_id, self.caller)
+                tasks = await self.book.list(params.context_id, caller)
             else:
-                listed = await self._execute(m.ListSessions())
+                listed = await self._execute(m.ListSessions(), caller)
                 assert isinstance(listed, m.SessionList)
                 tasks = []
                 for info in listed.sessions[:MAX_SESSIONS_LISTED]:
-                    tasks += await self.book.list(info.session_id, self.caller)
+                    tasks += await self.book.list(info.session_id, caller)
         except KernelError as exc:
             _fail(codec.from_kernel(exc.info()))
         views = sorted((view_of(t) for t in tasks), key=lambda v: v.updated_at, reverse=True)
@@ -311,31 +317,31 @@ class A2AApi:
             next_page_token=str(start + size) if more else "", page_size=size, total_size=len(views),
         )
 
-    async def push_create(self, config: w.TaskPushNotificationConfig) -> w.TaskPushNotificationConfig:
-        await self._task(config.task_id)
+    async def push_create(self, config: w.TaskPushNotificationConfig, caller: m.Caller) -> w.TaskPushNotificationConfig:
+        await self._task(config.task_id, caller)
         try:
             return self.pusher.add(config, config_id=config.id or uuid.uuid4().hex)
         except PushRefused as exc:
             _fail(codec.invalid_params(str(exc)))
 
-    async def push_get(self, params: w.PushConfigRequest) -> w.TaskPushNotificationConfig:
-        await self._task(params.task_id)
+    async def push_get(self, params: w.PushConfigRequest, caller: m.Caller) -> w.TaskPushNotificationConfig:
+        await self._task(params.task_id, caller)
         configs = self.pusher.configs.get(params.task_id, {})
         found = configs.get(params.id or "") if params.id else next(iter(configs.values()), None)
         if found is None:
             _fail(codec.task_not_found(f"No push notification config {params.id!r} for task {params.task_id!r}"))
         return found
 
-    async def push_list(self, params: w.PushConfigRequest) -> w.ListPushConfigsResponse:
-        await self._task(params.task_id)
+    async def push_list(self, params: w.PushConfigRequest, caller: m.Caller) -> w.ListPushConfigsResponse:
+        await self._task(params.task_id, caller)
         return w.ListPushConfigsResponse(configs=list(self.pusher.configs.get(params.task_id, {}).values()))
 
-    async def push_delete(self, params: w.PushConfigRequest) -> None:
-        await self._task(params.task_id)
+    async def push_delete(self, params: w.PushConfigRequest, caller: m.Caller) -> None:
+        await self._task(params.task_id, caller)
         self.pusher.configs.get(params.task_id, {}).pop(params.id or "", None)
 
     async def extended_card(self, request: Request) -> w.AgentCard:
-        if not self.token_required:
+        if not await self._credentials_required():
             _fail(codec.extended_card_not_configured("This server has no extended agent card (it requires no token)"))
         return await self._card(request)
 
@@ -360,7 +366,7 @@ class A2AApi:
         try:
             if call.method in codec.STREAMING:
                 if call.method == "SubscribeToTask":
-                    run, first = await self.subscribe(call.params.id)
+                    run, first = await self.subscribe(call.params.id, request.caller)
                 else:
                     run, first = await self.open_stream(request, call.params)
                 await self._pump(request, run, first, lambda r: _encoder.encode(w.RpcResult(id=call.id, result=shape(r))))
@@ -374,19 +380,19 @@ class A2AApi:
         if method == "SendMessage":
             return await self.send_message(request, params)
         if method == "GetTask":
-            return await self.get_task(params)
+            return await self.get_task(params, request.caller)
         if method == "ListTasks":
-            return await self.list_tasks(params)
+            return await self.list_tasks(params, request.caller)
         if method == "CancelTask":
-            return await self.cancel_task(params.id)
+            return await self.cancel_task(params.id, request.caller)
         if method == "CreateTaskPushNotificationConfig":
-            return await self.push_create(params)
+            return await self.push_create(params, request.caller)
         if method == "GetTaskPushNotificationConfig":
-            return await self.push_get(params)
+            return await self.push_get(params, request.caller)
         if method == "ListTaskPushNotificationConfigs":
-            return await self.push_list(params)
+            return await self.push_list(params, request.caller)
         if method == "DeleteTaskPushNotificationConfig":
-            await self.push_delete(params)
+            await self.push_delete(params, request.caller)
             return None
         return await self.extended_card(request)
 
@@ -432,38 +438,38 @@ class A2AApi:
         await self._pump(request, run, first, _encoder.encode)
 
     async def _rest_subscribe(self, request: Request) -> None:
-        run, first = await self.subscribe(request.path_params["task_id"])
+        run, first = await self.subscribe(request.path_params["task_id"], request.caller)
         await self._pump(request, run, first, _encoder.encode)
 
     async def _rest_get(self, request: Request) -> Any:
         length = request.query.get("historyLength")
-        return await self.get_task(w.GetTaskRequest(id=request.path_params["task_id"], history_length=int(length) if length and length.isdigit() else None))
+        return await self.get_task(w.GetTaskRequest(id=request.path_params["task_id"], history_length=int(length) if length and length.isdigit() else None), request.caller)
 
     async def _rest_list(self, request: Request) -> Any:
         try:
             params = msgspec.convert(dict(request.query), w.ListTasksRequest, strict=False)
         except msgspec.ValidationError as exc:
             _fail(codec.invalid_params(f"Invalid query: {exc}"))
-        return await self.list_tasks(params)
+        return await self.list_tasks(params, request.caller)
 
     async def _rest_cancel(self, request: Request) -> Any:
-        return await self.cancel_task(request.path_params["task_id"])
+        return await self.cancel_task(request.path_params["task_id"], request.caller)
 
     async def _rest_push_create(self, request: Request) -> Any:
         config = await self._body(request, w.TaskPushNotificationConfig)
-        return await self.push_create(msgspec.structs.replace(config, task_id=request.path_params["task_id"]))
+        return await self.push_create(msgspec.structs.replace(config, task_id=request.path_params["task_id"]), request.caller)
 
     def _push_params(self, request: Request) -> w.PushConfigRequest:
         return w.PushConfigRequest(task_id=request.path_params["task_id"], id=request.path_params.get("config_id"))
 
     async def _rest_push_get(self, request: Request) -> Any:
-        return await self.push_get(self._push_params(request))
+        return await self.push_get(self._push_params(request), request.caller)
 
     async def _rest_push_list(self, request: Request) -> Any:
-        return await self.push_list(self._push_params(request))
+        return await self.push_list(self._push_params(request), request.caller)
 
     async def _rest_push_delete(self, request: Request) -> Any:
-        await self.push_delete(self._push_params(request))
+        await self.push_delete(self._push_params(request), request.caller)
         return json_response(200, {})
 
     async def _rest_card(self, request: Request) -> Any:
@@ -479,8 +485,8 @@ class A2AApp:
     """The ASGI application: the API behind the shared router."""
 
     def __init__(self, kernel: Kernel, config: A2AConfig) -> None:
-        self.router = Router(config, error_body=error_body)
-        self.api = A2AApi(kernel, config, token_required=self.router.token is not None)
+        self.router = Router(config, error_body=error_body, keys=kernel, transport=CLIENT)
+        self.api = A2AApi(kernel, config, token=self.router.token)
         self.api.register(self.router)
         add_metrics_route(self.router, kernel.observers.metrics)
 

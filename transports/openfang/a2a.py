@@ -33,7 +33,8 @@ class OpenFangA2A:
         self.kernel = kernel
         self.policy = config.rest_policy
         self.book = TaskBook(kernel, client=CLIENT)
-        self.caller = m.Caller(transport=CLIENT)
+        # The card and the agent list are public: read as the transport itself.
+        self.public = m.Caller(transport=CLIENT)
 
     def register(self, router: Router) -> None:
         router.get("/.well-known/agent.json", auth=False)(self.card)
@@ -51,7 +52,7 @@ class OpenFangA2A:
         return json_response(200, codec.agent_card(info, self._base(request)))
 
     async def agents(self, request: Request) -> Response:
-        listed = await self.kernel.execute(m.ListAgents(), self.caller)
+        listed = await self.kernel.execute(m.ListAgents(), self.public)
         cards = [codec.agent_card(agent, self._base(request)) for agent in listed.agents]
         return json_response(200, {"agents": cards, "total": len(cards)})
 
@@ -61,13 +62,13 @@ class OpenFangA2A:
         prompt = m.parts_text(task.prompt) if task.prompt else ""
         return codec.task_json(task.task_id, task.session_id, task.state, prompt=prompt, text=task.text, error=task.error)
 
-    async def _send(self, params: codec.SendParams) -> RunTask:
+    async def _send(self, params: codec.SendParams, caller: m.Caller) -> RunTask:
         text, session_id = codec.send_input(params)
         if session_id is not None and len(session_id) > 128:
             raise HttpError(400, "sessionId is at most 128 characters", code="invalid_request")
         prompt = m.Prompt(session_id=session_id, text=text, options=m.PromptOptions(approval=self.policy))
         try:
-            _, feed = await self.book.start(prompt, self.caller, follow=True, track=False)
+            _, feed = await self.book.start(prompt, caller, follow=True, track=False)
         except KernelError as exc:
             raise HttpError(http_status(exc.code), exc.message, code=exc.code) from None
         assert feed is not None
@@ -75,20 +76,20 @@ class OpenFangA2A:
             await feed.settle()
         return feed.task
 
-    async def _task(self, task_id: str) -> RunTask | None:
+    async def _task(self, task_id: str, caller: m.Caller) -> RunTask | None:
         try:
-            return await self.book.get(task_id, self.caller)
+            return await self.book.get(task_id, caller)
         except KernelError:
             return None
 
-    async def _cancel(self, task: RunTask) -> RunTask:
+    async def _cancel(self, task: RunTask, caller: m.Caller) -> RunTask:
         if task.terminal:
             return task
-        async with await self.book.follow(task, self.caller) as feed:
+        async with await self.book.follow(task, caller) as feed:
             try:
-                await self.book.cancel(task, self.caller)
+                await self.book.cancel(task, caller)
             except KernelError:  # it ended meanwhile
-                return await self._task(task.task_id) or task
+                return await self._task(task.task_id, caller) or task
             with anyio.move_on_after(CANCEL_WAIT_S):
                 while not feed.task.terminal:
                     await feed.next()
@@ -100,19 +101,19 @@ class OpenFangA2A:
 
     async def send(self, request: Request) -> Response:
         body = await request.json(codec.SendRequest)
-        return self._answer(await self._send(body.params))
+        return self._answer(await self._send(body.params, request.caller))
 
     async def get(self, request: Request) -> Response:
-        task = await self._task(request.path_params["task_id"])
+        task = await self._task(request.path_params["task_id"], request.caller)
         if task is None:
             return self._missing(request.path_params["task_id"])
         return json_response(200, self._json(task))
 
     async def cancel(self, request: Request) -> Response:
-        task = await self._task(request.path_params["task_id"])
+        task = await self._task(request.path_params["task_id"], request.caller)
         if task is None:
             return self._missing(request.path_params["task_id"])
-        return json_response(200, self._json(await self._cancel(task)))
+        return json_response(200, self._json(await self._cancel(task, request.caller)))
 
     def _missing(self, task_id: str) -> Response:
         return json_response(http_status("not_found"), {"error": f"Task '{task_id}' not found"})
@@ -126,14 +127,14 @@ class OpenFangA2A:
         try:
             if call.method == "tasks/send":
                 params = msgspec.json.decode(call.params, type=codec.SendParams)
-                return json_response(200, codec.rpc_result(call.id, self._json(await self._send(params))))
+                return json_response(200, codec.rpc_result(call.id, self._json(await self._send(params, request.caller))))
             if call.method in ("tasks/get", "tasks/cancel"):
                 task_id = msgspec.json.decode(call.params, type=codec.TaskIdParams).id
-                task = await self._task(task_id)
+                task = await self._task(task_id, request.caller)
                 if task is None:
                     return json_response(200, codec.rpc_error(call.id, -32001, f"Task '{task_id}' not found"))
                 if call.method == "tasks/cancel":
-                    task = await self._cancel(task)
+                    task = await self._cancel(task, request.caller)
                 return json_response(200, codec.rpc_result(call.id, self._json(task)))
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             return json_response(200, codec.rpc_error(call.id, -32602, f"Invalid params: {exc}"))

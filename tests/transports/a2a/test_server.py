@@ -373,3 +373,26 @@ async def test_a_push_url_that_resolves_to_an_inner_address_needs_its_host_named
     await check_addresses("http://localhost:9/hook", ["http://localhost:9/"])  # named: allowed
     with pytest.raises(PushRefused, match="not allowed"):
         check_url("http://example.com/hook", ["http://localhost:9/"])
+
+
+# ---------------------------------------------------------------- principals
+
+
+async def test_api_keys_are_principals_and_a_task_of_another_key_is_not_found() -> None:
+    async with served(ScriptedProvider([text_turn("mine")])) as (kernel, url):
+        _, alice = await kernel.keys.create("alice")
+        _, bob = await kernel.keys.create("bob")
+        async with httpx.AsyncClient(base_url=url) as http:
+            card = (await http.get("/.well-known/agent-card.json")).json()  # keys exist: credentials are needed
+            refused = await http.get("/tasks", headers={"authorization": "Bearer nope"})
+        async with sdk_client(url, streaming=False, headers={"authorization": f"Bearer {alice}"}) as as_alice:
+            [sent] = await collect(as_alice.send_message(text("hi")))
+            mine = await as_alice.list_tasks(ListTasksRequest())
+        async with sdk_client(url, binding="HTTP+JSON", headers={"authorization": f"Bearer {bob}"}) as as_bob:
+            with pytest.raises(TaskNotFoundError):
+                await as_bob.get_task(GetTaskRequest(id=sent.task.id))
+            theirs = await as_bob.list_tasks(ListTasksRequest())
+        info = await kernel.execute(m.GetSession(session_id=sent.task.context_id))
+    assert "bearer" in card["securitySchemes"] and refused.status_code == 401
+    assert [t.id for t in mine.tasks] == [sent.task.id] and list(theirs.tasks) == []
+    assert isinstance(info, m.SessionOpened) and info.session.owner == "alice"
