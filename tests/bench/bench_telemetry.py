@@ -57,7 +57,7 @@ def received_spans(otlp_url: str) -> int:
 
 
 async def proxy_cpu(settings: h.Settings, backend: str, upstream: h.Child, otlp: h.Child) -> list[h.Result]:
-    rounds = settings.pick(80, 12)
+    rounds = settings.pick(200, 12)
     async with contextlib.AsyncExitStack() as stack:
         gateways = {v: await stack.enter_async_context(proxy(backend, upstream.ready, v, otlp.ready)) for v in VARIANTS}
         for api, _ in gateways.values():  # warm-up
