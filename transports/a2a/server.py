@@ -32,6 +32,7 @@ from transports.shared import (
     RunTask,
     TaskBook,
     TaskFollower,
+    add_health_routes,
     add_metrics_route,
     format_sse,
     json_response,
@@ -488,6 +489,7 @@ class A2AApp:
         self.router = Router(config, error_body=error_body, keys=kernel, transport=CLIENT)
         self.api = A2AApi(kernel, config, token=self.router.token)
         self.api.register(self.router)
+        add_health_routes(self.router, kernel)  # /livez, /readyz (docs/operations.md)
         add_metrics_route(self.router, kernel.observers.metrics)
 
 

@@ -93,11 +93,12 @@ async def test_the_card_lists_both_bindings_at_1_0_and_json_rpc_at_0_3_with_abso
 async def test_a_token_is_announced_in_the_card_and_required_by_every_method() -> None:
     async with served(ScriptedProvider([text_turn("ok")]), token="s3cret") as (_, url), httpx.AsyncClient(base_url=url) as http:
         card = (await http.get("/.well-known/agent-card.json")).json()
+        probes = [(await http.get(path)).status_code for path in ("/livez", "/readyz")]  # open, like the cards
         refused = await http.post("/message:send", json={"message": {"messageId": "1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}})
         async with sdk_client(url, binding="HTTP+JSON", headers={"authorization": "Bearer s3cret"}) as client:
             events = await collect(client.send_message(text("hi")))
     assert card["securitySchemes"] == {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer", "description": "The gateway's token"}}}
-    assert card["capabilities"]["extendedAgentCard"] is True
+    assert card["capabilities"]["extendedAgentCard"] is True and probes == [200, 200]
     assert refused.status_code == 401 and refused.json()["error"]["status"] == "UNAUTHENTICATED"
     assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
 
