@@ -326,6 +326,10 @@ class PromptOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     tool_choice: ToolChoice | None = None
     #: False: at most one tool call per model answer (None: the upstream's default).
     parallel_tool_calls: bool | None = None
+    #: Nucleus sampling, (0, 1] (None: the upstream's default).
+    top_p: float | None = None
+    #: Sequences at which the model stops (Anthropic's ``stop_sequences``, OpenAI's ``stop``).
+    stop: tuple[str, ...] = ()
 
     def problem(self) -> str | None:
         """What is wrong with these options, or None: the one rule every dialect's requests
@@ -336,6 +340,10 @@ class PromptOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
                 return f"{name} must be at least 1 (got {value})"
         if self.temperature is not None and not 0 <= self.temperature <= 2:
             return f"temperature must be between 0 and 2 (got {self.temperature:g})"
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            return f"top_p must be above 0 and at most 1 (got {self.top_p:g})"
+        if any(not sequence for sequence in self.stop):
+            return "stop sequences must not be empty"
         return None
 
 

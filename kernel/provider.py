@@ -29,6 +29,10 @@ class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
     tools: tuple[ToolSpec, ...] = ()
     max_tokens: int | None = None
     temperature: float | None = None
+    #: Nucleus sampling (None: the upstream's default).
+    top_p: float | None = None
+    #: Sequences at which the model stops (not part of the answer).
+    stop: tuple[str, ...] = ()
     #: False: nobody needs the answer piece by piece; a provider may fetch it whole.
     stream: bool = True
     #: The answer's required shape, on every call of a run (an answer with tool calls is free).

@@ -175,6 +175,8 @@ async def _loop(session: RunSession, run: ActiveRun, state: RunState, ids: Ids) 
             tools=specs,
             max_tokens=options.max_tokens,
             temperature=options.temperature,
+            top_p=options.top_p,
+            stop=options.stop,
             stream=options.stream,
             output_format=options.output_format,
             tool_choice=choice,

@@ -16,7 +16,8 @@ Works against OpenAI, DeepSeek, vLLM, llama.cpp, Ollama and friends through
   upstream sends one to a streamed request (some ignore ``stream``).
 * What the client demands of the model goes through as the upstream spells it:
   ``response_format`` (structured output, on every call of the run), ``tool_choice``
-  (the run's first call) and ``parallel_tool_calls`` (with tools only). An upstream that
+  (the run's first call), ``parallel_tool_calls`` (with tools only), ``top_p`` and
+  ``stop``. An upstream that
   refuses one answers 400, an ``invalid_request`` — never retried without it.
 * The response is closed in a shielded ``finally``: when the consumer is cancelled (an
   interrupt) or closes the generator, the upstream HTTP response is closed at once
@@ -285,6 +286,10 @@ class OpenAIProvider:
             body["max_tokens"] = request.max_tokens
         if request.temperature is not None:
             body["temperature"] = request.temperature
+        if request.top_p is not None:
+            body["top_p"] = request.top_p
+        if request.stop:
+            body["stop"] = list(request.stop)
         return body
 
     async def stream(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]:

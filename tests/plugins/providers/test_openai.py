@@ -314,6 +314,8 @@ async def test_request_body() -> None:
         tools=(weather,),
         max_tokens=64,
         temperature=0.25,
+        top_p=0.9,
+        stop=("END", "\n\nUser:"),
     )
     async with fake_openai_server() as server:
         async with provider_for(server) as provider:
@@ -325,6 +327,7 @@ async def test_request_body() -> None:
     assert body["stream_options"] == {"include_usage": True}
     assert body["max_tokens"] == 64
     assert body["temperature"] == 0.25
+    assert body["top_p"] == 0.9 and body["stop"] == ["END", "\n\nUser:"]
     assert body["tools"] == [
         {
             "type": "function",
@@ -352,6 +355,7 @@ async def test_request_body() -> None:
     # Optional fields are omitted when unset or empty.
     plain = server.requests[1]
     assert "tools" not in plain and "max_tokens" not in plain and "temperature" not in plain
+    assert "top_p" not in plain and "stop" not in plain
     assert plain["messages"] == [{"role": "user", "content": "hi there"}]
 
 

@@ -168,6 +168,10 @@ def plan_messages(
         return bad_request("max_tokens: must be at least 1")
     if request.temperature is not None and not 0 <= request.temperature <= 1:
         return bad_request("temperature: must be between 0 and 1")
+    if request.top_p is not None and not 0 < request.top_p <= 1:
+        return bad_request("top_p: must be above 0 and at most 1")
+    if any(not sequence for sequence in request.stop_sequences or ()):
+        return bad_request("stop_sequences: a stop sequence must not be empty")
     if not request.messages:
         return bad_request("messages: at least one message is required")
     tools = client_tools(request.tools, request.tool_choice)
@@ -206,6 +210,8 @@ def plan_messages(
         output_format=fmt,
         tool_choice=choice[0],
         parallel_tool_calls=choice[1],
+        top_p=request.top_p,
+        stop=tuple(request.stop_sequences or ()),
     )
     return MessagesPlan(
         agent_id=agent.id,

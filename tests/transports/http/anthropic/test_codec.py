@@ -109,6 +109,8 @@ def test_refusals() -> None:
     assert "last turn" in refused({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "prefill"}]})
     assert "role" in refused({"messages": [{"role": "tool", "content": "a"}]})
     assert "temperature" in refused({"messages": [{"role": "user", "content": "a"}], "temperature": 1.5})
+    assert "top_p" in refused({"messages": [{"role": "user", "content": "a"}], "top_p": 0})
+    assert "stop_sequences" in refused({"messages": [{"role": "user", "content": "a"}], "stop_sequences": ["x", ""]})
     assert "tools.0.name" in refused({"messages": [{"role": "user", "content": "a"}], "tools": [{"name": "bad name", "input_schema": {}}]})
     for raw in (b"", b"[", b'{"model": 1}', b'{"model": "m", "messages": {}}'):
         assert isinstance(codec.decode_request(raw), AnthropicError)

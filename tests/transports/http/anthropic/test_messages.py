@@ -64,7 +64,8 @@ async def test_create_maps_system_turns_and_history() -> None:
             metadata={"user_id": json.dumps({"device": "d1"})},
             extra_headers={"anthropic-beta": "claude-code-20250219,made-up-beta-2099-01-01"},
             # Gone from SDK 2.x's typed parameters, still sent by older clients.
-            extra_body={"temperature": 0.5, "top_k": 5, "context_management": {"edits": []}, "some_future_field": 1},
+            extra_body={"temperature": 0.5, "top_p": 0.8, "top_k": 5, "context_management": {"edits": []}, "some_future_field": 1},
+            stop_sequences=["END", "\n\nHuman:"],
         )
         message = await raw.parse()
         assert raw.headers["request-id"].startswith("req_")
@@ -72,7 +73,7 @@ async def test_create_maps_system_turns_and_history() -> None:
         assert [(b.type, getattr(b, "text", None)) for b in message.content] == [("text", "Hello world")]
         assert message.stop_reason == "end_turn" and message.usage.input_tokens == 7 and message.usage.output_tokens == 2
         sent = provider.requests[0]
-        assert sent.max_tokens == 64 and sent.temperature == 0.5
+        assert sent.max_tokens == 64 and sent.temperature == 0.5 and sent.top_p == 0.8 and sent.stop == ("END", "\n\nHuman:")
         assert sent.messages[0].role == "system" and sent.messages[0].content == "Be brief.\n\nReminder: answer in English."
         assert [(x.role, x.content or m.parts_text(x.parts)) for x in sent.messages[1:]] == [
             ("user", "first question"), ("assistant", "first answer"), ("user", "second question"),
