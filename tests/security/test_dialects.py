@@ -122,8 +122,10 @@ async def test_native_http_and_the_console_api(tmp_path: Path) -> None:
             # No credentials, a wrong key: 401 (keys exist, so even loopback asks).
             assert (await nobody.get("/v1/sessions")).status_code == 401
             assert (await nobody.get("/v1/sessions", headers={"authorization": "Bearer gw-not-a-key"})).status_code == 401
-            # Keys are the admin's to list, never with a secret.
+            # Keys, settings and the gateway's logs are the admin's.
             assert (await bob.get("/v1/keys")).status_code == 403
+            assert (await bob.get("/v1/settings")).status_code == 403
+            assert (await bob.get("/v1/logs")).status_code == 403
             keys = await admin.get("/v1/keys")
             assert keys.status_code == 200 and {k["name"] for k in keys.json()["keys"]} == {"alice", "bob", "reader"}
             assert t.alice not in keys.text and t.bob not in keys.text

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import anyio
 
-from ._http import Request, Response
+from ._http import HttpError, Request, Response
 from ._router import Router
 from ._sse import open_sse
 from ._tracker import ConnectionObserver
@@ -37,6 +37,8 @@ def add_metrics_route(router: Router, source: MetricsSource | None) -> None:
         return
 
     async def metrics(request: Request) -> Response:
+        if not request.caller.principal.can("admin"):  # the gateway's own figures (docs/security.md)
+            raise HttpError(403, "metrics need the 'admin' scope", code="forbidden")
         body, content_type = source.exposition(request.headers.get("accept"))
         return Response(200, body, content_type=content_type, headers={"cache-control": "no-store"})
 

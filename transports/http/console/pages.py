@@ -22,11 +22,11 @@ import msgspec
 from kernel import LOG_RING, Kernel
 from transports.shared import (
     HttpError,
+    HttpServerConfig,
     KeyResolver,
     Request,
     Response,
     Router,
-    ServerConfig,
     extract_token,
     format_sse,
     resolve_principal,
@@ -68,7 +68,10 @@ class ConsolePages:
 
     async def logs(self, request: Request) -> None:
         """The Logs pane's feed: the gateway's recent log records, then each new one, as SSE
-        (``id`` = the record's sequence number; the fields are those of ``log_format = "json"``)."""
+        (``id`` = the record's sequence number; the fields are those of ``log_format = "json"``).
+        The gateway's logs name every key's sessions: the admin's to read (docs/security.md)."""
+        if not request.caller.principal.can("admin"):
+            raise HttpError(403, "the gateway's logs need the 'admin' scope", code="forbidden")
         await stream_log_entries(request, LOG_RING, lambda entry: format_sse(_encode(entry), id=str(entry["seq"])))
 
     async def index(self, request: Request) -> Response:
@@ -97,7 +100,7 @@ class ConsolePages:
         return await static_response(STATIC, name)
 
 
-def hosted_console(kernel: Kernel, config: ServerConfig) -> Router:
+def hosted_console(kernel: Kernel, config: HttpServerConfig) -> Router:
     """The console for a transport that hosts it on its own port (a ``ConsoleFactory``): the
     page and the native API under ``config``'s token, Origin list, Host check and limits;
     the API's timings are the http transport's defaults, and the sessions it follows name
