@@ -11,6 +11,7 @@ import websockets
 
 from kernel import model as m
 from kernel.testing import ScriptedProvider, failing_turn, running_kernel, text_turn, tool_turn
+from kernel.tools import Tool
 from plugins.tools.builtin import BUILTIN_TOOLS
 from tests.asyncio_clients import in_asyncio
 from tests.transports.http._helpers import client, http_server
@@ -143,3 +144,57 @@ async def test_every_http_serving_transport_answers_metrics() -> None:
         async with agui_server(kernel) as agui_url, httpx.AsyncClient(base_url=origin(agui_url)) as http:
             scrape = await http.get("/metrics")
             assert scrape.status_code == 200 and "gateway_active_runs" in scrape.text
+
+
+async def _done(args: object, ctx: object) -> str:
+    return "done"
+
+
+GUARDED = Tool(name="guarded", description="asks first", parameters={"type": "object"}, handler=_done, requires_approval=True)
+
+
+async def test_approvals_interrupts_limits_and_cut_followers_are_counted() -> None:
+    from kernel import Follower
+    from kernel.settings import Settings
+    from tests.kernel.helpers import next_of, run_events
+
+    provider = ScriptedProvider([tool_turn("guarded", call_id="g1"), text_turn("after")], delay_s=0.01)
+    settings = Settings()
+    settings.session.subscriber_buffer = 2
+    settings.session.lag_grace_s = 0.0
+    async with running_kernel(provider, settings=settings, tools=[GUARDED], observers=[METRICS]) as kernel:
+        metrics = kernel.observers.metrics
+        assert metrics is not None
+        session = await kernel.session("s")
+        sub = session.hub.subscribe(buffer_size=10_000)
+        # A tool approval asked and answered yes.
+        await kernel.execute(m.Prompt(session_id="s", text="do it"), caller=m.Caller(transport="http"))
+        asked = await next_of(sub, m.ToolApprovalRequested)
+        await kernel.execute(m.ResolveToolApproval(session_id="s", call_id=asked.call_id, approved=True))
+        await run_events(sub)
+        # An interrupt mid-stream.
+        provider.turns = [text_turn(*("word " for _ in range(50)))]
+        provider.requests.clear()
+        await kernel.execute(m.Prompt(session_id="s", text="long"), caller=m.Caller(transport="http"))
+        await next_of(sub, m.TextDelta)
+        await kernel.execute(m.Interrupt(session_id="s"))
+        await run_events(sub)
+        # The turn limit, answered "stop" by the policy: the run ends as a limit.
+        await kernel.execute(m.ConfigureSession(session_id="s", max_turns=1))
+        stop = m.PromptOptions(approval=m.ApprovalPolicy(mode="approve", turn_limit="stop"))
+        await kernel.execute(m.Prompt(session_id="s", text="again", options=stop), caller=m.Caller(transport="http"))
+        await run_events(sub)
+        # A follower that does not read is cut off (buffer 2, no grace) while a run streams.
+        lagging = await Follower.open(kernel, "s", client="openfang")
+        await kernel.execute(m.ConfigureSession(session_id="s", max_turns=0))
+        await kernel.execute(m.Prompt(session_id="s", text="stream"), caller=m.Caller(transport="http"))
+        await run_events(sub)
+        text = metrics.exposition(None)[0].decode()
+        assert value(text, "gateway_approvals_total", outcome="approved") == 1
+        assert value(text, "gateway_tool_calls_total", tool="guarded", outcome="ok") == 1
+        assert value(text, "gateway_runs_total", transport="http", outcome="completed") == 2
+        assert value(text, "gateway_runs_total", transport="http", outcome="interrupted") == 1
+        assert value(text, "gateway_runs_total", transport="http", outcome="limit") == 1
+        assert value(text, "gen_ai_client_operation_duration_seconds_count", error_type="interrupted") == 1
+        assert value(text, "gateway_followers_cut_total", transport="openfang") == 1
+        lagging.close()
