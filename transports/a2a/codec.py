@@ -14,6 +14,7 @@ import base64
 import binascii
 import time
 import uuid
+from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
@@ -273,6 +274,24 @@ def prompt_parts(parts: list[w.Part]) -> tuple[m.ContentPart, ...] | Failure:
     if not out:
         return invalid_params("The message has no parts")
     return tuple(out)
+
+
+#: Output modes this server answers in (an answer is text); a client accepting none of them is refused.
+TEXT_MODES = frozenset({"text/plain", "text", "text/*", "*/*", "text/markdown"})
+
+
+def output_modes_problem(accepted: list[str]) -> Failure | None:
+    if accepted and not TEXT_MODES.intersection(mode.split(";")[0].strip().lower() for mode in accepted):
+        return content_type_not_supported(f"This agent answers in text/plain; the client accepts only {', '.join(accepted)}")
+    return None
+
+
+def parse_timestamp(value: str) -> float | Failure:
+    """An RFC 3339 timestamp (``statusTimestampAfter``) as seconds since the epoch."""
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return invalid_params(f"Not an RFC 3339 timestamp: {value!r}")
 
 
 _YES = frozenset({"approve", "approved", "yes", "y", "ok", "continue", "allow"})
@@ -588,9 +607,10 @@ def to_v03(result: Any) -> Any:
 # ---------------------------------------------------------------- the agent card
 
 
-def agent_card(agent: m.AgentInfo, *, url: str, version: str, tools: list[m.ToolInfo], token_required: bool) -> w.AgentCard:
+def agent_card(agent: m.AgentInfo, *, url: str, version: str, tools: list[m.ToolInfo], token_required: bool, push: bool) -> w.AgentCard:
     """The card of one agent served at ``url``: both bindings at 1.0, JSON-RPC at 0.3 too
-    (with 0.3's top-level ``url``), one skill for the agent and one per tool it may use."""
+    (with 0.3's top-level ``url``), one skill for the agent and one per tool it may use;
+    ``push``: whether push notifications can go anywhere (the server's allow-list is not empty)."""
     skills = [w.AgentSkill(id=agent.id, name=agent.name, description=agent.description or f"Chat with {agent.name}", tags=["chat"])]
     skills += [w.AgentSkill(id=f"tool:{t.name}", name=t.name, description=t.description or t.name, tags=["tool", t.category]) for t in tools]
     schemes: dict[str, Any] | None = None
@@ -607,7 +627,7 @@ def agent_card(agent: m.AgentInfo, *, url: str, version: str, tools: list[m.Tool
             w.AgentInterface(url=url, protocol_binding="HTTP+JSON", protocol_version="1.0"),
             w.AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3"),
         ],
-        capabilities=w.AgentCapabilities(streaming=True, push_notifications=True, extended_agent_card=token_required),
+        capabilities=w.AgentCapabilities(streaming=True, push_notifications=push, extended_agent_card=token_required),
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain"],
         skills=skills,

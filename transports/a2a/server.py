@@ -169,7 +169,9 @@ class A2AApi:
         assert isinstance(listed, m.ToolList)
         tools = [t for t in listed.tools if t.name in info.tools] if info.tools else []
         required = await self._credentials_required()
-        return codec.agent_card(info, url=self._url(request, agent_id), version=self.kernel.version, tools=tools, token_required=required)
+        return codec.agent_card(
+            info, url=self._url(request, agent_id), version=self.kernel.version, tools=tools, token_required=required, push=bool(self.pusher.allow)
+        )
 
     async def _credentials_required(self) -> bool:
         """Whether a client must authenticate: an admin token is set, or API keys exist."""
@@ -203,11 +205,11 @@ class A2AApi:
             _fail(codec.invalid_params("SendMessage needs a message"))
         config = params.configuration or w.SendMessageConfiguration()
         push = config.task_push_notification_config
+        refused = codec.output_modes_problem(config.accepted_output_modes)
+        if refused is not None:
+            _fail(refused)
         if push is not None:
-            try:
-                check_url(push.url, self.pusher.allow)
-            except PushRefused as exc:
-                _fail(codec.invalid_params(str(exc)))
+            self._check_push(push.url)
         if message.task_id:
             return await self._continue(message, request.caller, follow=follow)
         context_id = message.context_id or None
@@ -310,6 +312,11 @@ class A2AApi:
         views = sorted((view_of(t) for t in tasks), key=lambda v: v.updated_at, reverse=True)
         if params.status and params.status != "TASK_STATE_UNSPECIFIED":
             views = [v for v in views if codec.state_of(v.state) == params.status]
+        if params.status_timestamp_after:
+            after = codec.parse_timestamp(params.status_timestamp_after)
+            if isinstance(after, codec.Failure):
+                _fail(after)
+            views = [v for v in views if int(v.updated_at * 1000) > round(after * 1000)]  # timestamps are to the millisecond
         start = int(params.page_token) if params.page_token and params.page_token.isdigit() else 0
         page = views[start : start + size]
         more = start + size < len(views)
@@ -318,8 +325,17 @@ class A2AApi:
             next_page_token=str(start + size) if more else "", page_size=size, total_size=len(views),
         )
 
+    def _check_push(self, url: str) -> None:
+        if not self.pusher.allow:
+            _fail(codec.push_not_supported("Push notifications are off on this server (its push_allow list is empty)"))
+        try:
+            check_url(url, self.pusher.allow)
+        except PushRefused as exc:
+            _fail(codec.invalid_params(str(exc)))
+
     async def push_create(self, config: w.TaskPushNotificationConfig, caller: m.Caller) -> w.TaskPushNotificationConfig:
         await self._task(config.task_id, caller)
+        self._check_push(config.url)
         try:
             return self.pusher.add(config, config_id=config.id or uuid.uuid4().hex)
         except PushRefused as exc:

@@ -22,7 +22,14 @@ from a2a.types import (
     TaskPushNotificationConfig,
     TaskState,
 )
-from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
+from a2a.utils.errors import (
+    ContentTypeNotSupportedError,
+    InvalidParamsError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
 from google.protobuf import struct_pb2
 from google.protobuf.json_format import MessageToDict
 
@@ -84,7 +91,7 @@ async def test_the_card_lists_both_bindings_at_1_0_and_json_rpc_at_0_3_with_abso
     assert card["name"] == "Helper" and card["description"] == "A helpful agent"
     assert [(i["protocolBinding"], i["protocolVersion"]) for i in card["supportedInterfaces"]] == [("JSONRPC", "1.0"), ("HTTP+JSON", "1.0"), ("JSONRPC", "0.3")]
     assert {i["url"] for i in card["supportedInterfaces"]} == {f"{url}/"} and card["url"] == f"{url}/"
-    assert card["capabilities"] == {"streaming": True, "pushNotifications": True}
+    assert card["capabilities"] == {"streaming": True}  # push_allow is empty: no push notifications
     assert [s["id"] for s in card["skills"]] == [agent_id, "tool:danger"]
     assert "securitySchemes" not in card  # no token: nothing to present
     assert {i["url"] for i in per_agent["supportedInterfaces"]} == {f"{url}/agents/{agent_id}"}
@@ -271,6 +278,7 @@ async def test_push_notifications_go_to_an_allowed_webhook_with_the_token() -> N
     async with receiver() as (hook, received, done):
         base = hook.rsplit("/", 1)[0] + "/"
         async with served(provider, push_allow=[base]) as (_, url), sdk_client(url, streaming=False) as client:
+            card = (await client._transport.httpx_client.get(f"{url}/.well-known/agent-card.json")).json()  # type: ignore[attr-defined]
             [asked] = await collect(client.send_message(text("do it")))
             task = asked.task
             config = await client.create_task_push_notification_config(TaskPushNotificationConfig(task_id=task.id, url=hook, token="tok-1"))
@@ -279,7 +287,7 @@ async def test_push_notifications_go_to_an_allowed_webhook_with_the_token() -> N
                 await done.wait()
             with pytest.raises(InvalidParamsError):
                 await client.create_task_push_notification_config(TaskPushNotificationConfig(task_id=task.id, url="http://169.254.169.254/latest"))
-    assert config.id and config.url == hook
+    assert card["capabilities"]["pushNotifications"] is True and config.id and config.url == hook
     states = [body["statusUpdate"]["status"]["state"] for _, body in received]
     assert states == ["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]
     assert {headers["x-a2a-notification-token"] for headers, _ in received} == {"tok-1"}
@@ -397,3 +405,18 @@ async def test_api_keys_are_principals_and_a_task_of_another_key_is_not_found() 
     assert "bearer" in card["securitySchemes"] and refused.status_code == 401
     assert [t.id for t in mine.tasks] == [sent.task.id] and list(theirs.tasks) == []
     assert isinstance(info, m.SessionOpened) and info.session.owner == "alice"
+
+
+async def test_push_without_an_allow_list_and_unacceptable_output_modes_are_refused_in_a2as_terms() -> None:
+    async with served(ScriptedProvider([text_turn("ok")])) as (_, url), sdk_client(url, streaming=False) as client:
+        [sent] = await collect(client.send_message(text("hi")))
+        with pytest.raises(PushNotificationNotSupportedError):
+            await client.create_task_push_notification_config(TaskPushNotificationConfig(task_id=sent.task.id, url="http://127.0.0.1:9/x"))
+        request = text("a picture please")
+        request.configuration.accepted_output_modes.append("image/png")
+        with pytest.raises(ContentTypeNotSupportedError):
+            await collect(client.send_message(request))
+        stored = await client.get_task(GetTaskRequest(id=sent.task.id))
+        later = await client.list_tasks(ListTasksRequest(status_timestamp_after=stored.status.timestamp))
+        every = await client.list_tasks(ListTasksRequest())
+    assert [t.id for t in every.tasks] == [sent.task.id] and list(later.tasks) == []  # nothing changed after it ended
