@@ -33,14 +33,14 @@ import msgspec
 from anyio.abc import TaskStatus
 
 from kernel import Kernel
-from transports.shared import Router, ServerConfig
+from transports.shared import HttpServerConfig, Router
 
 #: Builds the gateway console for a transport that hosts it (``hosts_console``): from the
 #: kernel and that transport's own config — whose token, Origin list, Host check and limits
 #: then apply — a router serving ``/``, the console's files and the native API they call
 #: (the host's router hands it the paths it routes). The gateway (the composition root)
 #: passes the http transport's; a transport never imports another.
-ConsoleFactory = Callable[[Kernel, ServerConfig], Router]
+ConsoleFactory = Callable[[Kernel, HttpServerConfig], Router]
 
 
 class BannerLine(NamedTuple):

@@ -228,7 +228,7 @@ async def serve_gateway(args: argparse.Namespace) -> None:
         disable_delta_merging()
     settings = Settings(session=SessionSettings(subscriber_buffer=args.buffer, event_retention=max(args.buffer, 4096)))
     settings.provider.default = "bench"
-    data: dict[str, Any] = {"port": 0, "max_connections_per_ip": 0, "rate_limit_per_minute": 0}
+    data: dict[str, Any] = {}
     for item in args.set:
         key, _, value = item.partition("=")
         try:
@@ -236,7 +236,9 @@ async def serve_gateway(args: argparse.Namespace) -> None:
         except ValueError:
             data[key] = value
     classes = [_transport_class(name) for name in args.transport or ["agent-cli"]]
-    configs = [load_config(cls, data) for cls in classes]
+    # No limits in a benchmark: the ones each transport has (http has no WebSocket ones).
+    unlimited = {"port": 0, "max_connections_per_ip": 0, "rate_limit_per_minute": 0, "requests_per_minute_per_ip": 0}
+    configs = [load_config(cls, {**{k: v for k, v in unlimited.items() if k in cls.Config.__struct_fields__}, **data}) for cls in classes]
     with contextlib.ExitStack() as stack:
         db = args.db or str(Path(stack.enter_context(tempfile.TemporaryDirectory())) / "bench.db")
         kernel = Kernel(settings, providers={"bench": lambda _s: BenchProvider()}, store=SQLiteStore(db), observers=telemetry(args.telemetry))

@@ -64,7 +64,6 @@ system_prompt = ""
 tools = []
 
 [transports.http]
-rate_limit_per_minute = 0
 requests_per_minute_per_ip = 0
 """
 

@@ -43,7 +43,7 @@ T = TypeVar("T")
 #: Test defaults of every network transport: ephemeral port, no pings (they delay stops),
 #: no rate limit (the tests send bursts), no per-IP cap (the load test opens 200 sockets).
 NETWORK_BASE: dict[str, Any] = {"port": 0, "ping_interval_s": 0.0, "rate_limit_per_minute": 0, "max_connections_per_ip": 0}
-EXTRA: dict[str, dict[str, Any]] = {"openfang": {"sse_keepalive_s": 0.5, "agents_poll_s": 0.0}, "http": {"sse_keepalive_s": 0.0}}
+EXTRA: dict[str, dict[str, Any]] = {"openfang": {"sse_keepalive_s": 0.5, "agents_poll_s": 0.0}, "http": {"sse_keepalive_s": 0.0, "requests_per_minute_per_ip": 0}}
 
 
 def transport_class(name: str) -> Any:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import msgspec
 
 from kernel import model as m
-from transports.shared import ConfigError, ServerConfig
+from transports.shared import ConfigError, HttpServerConfig
 
 #: What the model is told when the policy declines a tool call of an OpenAI request.
 OPENAI_DENIAL = "answered by the http transport's openai_tool_approval policy"
@@ -27,8 +27,9 @@ def openai_policy(setting: m.ApprovalSetting) -> m.ApprovalPolicy:
         raise ValueError(f"openai_tool_approval: {exc}") from None
 
 
-class HttpConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
-    """``[transports.http]``. Inherited WebSocket-only fields are accepted and unused."""
+class HttpConfig(HttpServerConfig, kw_only=True, forbid_unknown_fields=True):
+    """``[transports.http]``: HTTP only, so no WebSocket limits (the per-IP request limit is
+    the inherited ``requests_per_minute_per_ip``)."""
 
     port: int = 8000
     #: Origins allowed to call the API from a browser (CORS); empty = CORS off and any
@@ -38,8 +39,6 @@ class HttpConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
     max_body_bytes: int = 4_194_304
     #: Seconds of silence after which an SSE stream gets a ``: keep-alive`` comment; 0 = never.
     sse_keepalive_s: float = 15.0
-    #: Requests per client IP per minute (all routes but /health); 0 disables.
-    rate_limit_per_minute: int = 600
     #: Longest wait for a JSON answer (native ``Accept: application/json``, non-streamed
     #: chat completions, or the first streamed chunk); then 504 and the run is interrupted.
     run_timeout_s: float = 600.0
@@ -68,8 +67,8 @@ def check_config(config: HttpConfig) -> None:
         raise ConfigError("sse_keepalive_s must be >= 0")
     if config.run_timeout_s <= 0:
         raise ConfigError("run_timeout_s must be positive")
-    if config.rate_limit_per_minute < 0:
-        raise ConfigError("rate_limit_per_minute must be >= 0")
+    if config.requests_per_minute_per_ip < 0:
+        raise ConfigError("requests_per_minute_per_ip must be >= 0")
     if config.stored_responses < 0 or config.stored_responses_bytes < 0:
         raise ConfigError("stored_responses and stored_responses_bytes must be >= 0")
     if config.sessions_poll_s <= 0:

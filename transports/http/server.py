@@ -70,7 +70,7 @@ class HttpApp:
         # The routers' Origin allow-list is ServerConfig.allowed_origins: give them ours.
         router_config = msgspec.structs.replace(config, allowed_origins=list(config.cors_origins))
         cors = bool(config.cors_origins)
-        limiter = ClientLimiter(config.rate_limit_per_minute)
+        limiter = ClientLimiter(config.requests_per_minute_per_ip)
         # Every router resolves credentials through the kernel's keys (request.caller).
         keys, name = kernel, HttpTransport.name
         self.native = Router(router_config, error_body=native_codec.native_error_body, cors=cors, limiter=limiter, keys=keys, transport=name)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from kernel import lazy_exports
 
 _MODULES: dict[str, tuple[str, ...]] = {
-    "._config": ("LOOPBACK_ORIGINS", "TOKEN_ENV_VAR", "ConfigError", "ServerConfig", "is_loopback_host", "resolve_token", "validate_bind"),
+    "._config": ("LOOPBACK_ORIGINS", "TOKEN_ENV_VAR", "ConfigError", "HttpServerConfig", "ServerConfig", "is_loopback_host", "resolve_token", "validate_bind"),
     "._http": ("ErrorShaper", "Headers", "HttpError", "Request", "Response", "default_error_body", "error_response", "json_response"),
     "._health": ("ReadinessSource", "add_health_routes"),
     "._lines": ("LineReader", "LineTooLong", "LineWriter"),
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from ._config import LOOPBACK_ORIGINS as LOOPBACK_ORIGINS
     from ._config import TOKEN_ENV_VAR as TOKEN_ENV_VAR
     from ._config import ConfigError as ConfigError
+    from ._config import HttpServerConfig as HttpServerConfig
     from ._config import ServerConfig as ServerConfig
     from ._config import is_loopback_host as is_loopback_host
     from ._config import resolve_token as resolve_token
@@ -71,7 +72,6 @@ if TYPE_CHECKING:
     from ._router import WebSocketHandler as WebSocketHandler
     from ._security import ANONYMOUS as ANONYMOUS
     from ._security import API_KEY_ENV_VAR as API_KEY_ENV_VAR
-    from ._security import local_caller as local_caller
     from ._security import TOKEN_COOKIE as TOKEN_COOKIE
     from ._security import ClientLimiter as ClientLimiter
     from ._security import KeyResolver as KeyResolver
@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     from ._security import extract_token as extract_token
     from ._security import host_allowed as host_allowed
     from ._security import host_name as host_name
+    from ._security import local_caller as local_caller
     from ._security import origin_allowed as origin_allowed
     from ._security import resolve_caller as resolve_caller
     from ._security import resolve_principal as resolve_principal

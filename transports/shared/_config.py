@@ -18,6 +18,7 @@ __all__ = [
     "LOOPBACK_ORIGINS",
     "TOKEN_ENV_VAR",
     "ConfigError",
+    "HttpServerConfig",
     "ServerConfig",
     "is_loopback_host",
     "resolve_token",
@@ -43,10 +44,10 @@ class ConfigError(ValueError):
     """A configuration that is unsafe or invalid; raised before anything is bound."""
 
 
-class ServerConfig(msgspec.Struct, kw_only=True):
-    """Settings every HTTP/WebSocket transport has.
+class HttpServerConfig(msgspec.Struct, kw_only=True):
+    """Settings every HTTP transport has (the base of one without WebSockets, ``http``'s).
 
-    Subclass it (``class Config(ServerConfig, kw_only=True): port: int = 50051``);
+    Subclass it (``class Config(HttpServerConfig, kw_only=True): port: int = 8000``);
     msgspec lets a subclass redefine a field's default.
     """
 
@@ -56,19 +57,9 @@ class ServerConfig(msgspec.Struct, kw_only=True):
     token: str | None = None
     #: Origins accepted on WebSocket upgrades (and CORS when enabled).  ``"*"`` allows any.
     allowed_origins: list[str] = msgspec.field(default_factory=lambda: list(LOOPBACK_ORIGINS))
-    #: Largest WebSocket message the application accepts; bigger ones are reported.
-    max_message_bytes: int = 65536
-    #: Messages per connection per minute (sliding window); 0 disables the limit.
-    rate_limit_per_minute: int = 120
     #: HTTP requests per client IP per minute, on every route but unauthenticated ones
     #: (health checks); 0 disables the limit.
     requests_per_minute_per_ip: int = 600
-    #: Concurrent WebSocket connections per client IP; 0 disables the limit.
-    max_connections_per_ip: int = 16
-    #: WebSocket ping interval (keeps NAT/proxies from dropping idle sockets); 0 disables.
-    ping_interval_s: float = 20.0
-    #: A WebSocket with no traffic in either direction for this long is reported idle; 0 disables.
-    idle_timeout_s: float = 1800.0
     #: Largest HTTP request body; bigger ones are answered 413.
     max_body_bytes: int = 1_048_576
     #: A request body that sends nothing for this long is answered 408 and its connection
@@ -76,6 +67,24 @@ class ServerConfig(msgspec.Struct, kw_only=True):
     body_timeout_s: float = 10.0
     #: Request bodies being read at once per client IP; more are answered 429 (0: no cap).
     max_body_reads_per_ip: int = 32
+
+
+class ServerConfig(HttpServerConfig, kw_only=True):
+    """Settings every HTTP/WebSocket transport has: the HTTP ones and the WebSocket limits.
+
+    Subclass it (``class Config(ServerConfig, kw_only=True): port: int = 50051``).
+    """
+
+    #: Largest WebSocket message the application accepts; bigger ones are reported.
+    max_message_bytes: int = 65536
+    #: Messages per connection per minute (sliding window); 0 disables the limit.
+    rate_limit_per_minute: int = 120
+    #: Concurrent WebSocket connections per client IP; 0 disables the limit.
+    max_connections_per_ip: int = 16
+    #: WebSocket ping interval (keeps NAT/proxies from dropping idle sockets); 0 disables.
+    ping_interval_s: float = 20.0
+    #: A WebSocket with no traffic in either direction for this long is reported idle; 0 disables.
+    idle_timeout_s: float = 1800.0
 
 
 def is_loopback_host(host: str) -> bool:
@@ -92,7 +101,7 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
-def resolve_token(config: ServerConfig, environ: Mapping[str, str] | None = None) -> str | None:
+def resolve_token(config: HttpServerConfig, environ: Mapping[str, str] | None = None) -> str | None:
     """The effective access token: ``config.token``, else ``$GATEWAY_TOKEN``, else None.
 
     Empty strings count as unset so that ``GATEWAY_TOKEN=`` cannot disable auth by accident
@@ -104,7 +113,7 @@ def resolve_token(config: ServerConfig, environ: Mapping[str, str] | None = None
     return env.get(TOKEN_ENV_VAR) or None
 
 
-def validate_bind(config: ServerConfig, env_token: str | None = None) -> None:
+def validate_bind(config: HttpServerConfig, env_token: str | None = None) -> None:
     """Refuse to expose an unauthenticated server beyond loopback.
 
     ``env_token`` is the token found in the environment (pass
@@ -113,9 +122,11 @@ def validate_bind(config: ServerConfig, env_token: str | None = None) -> None:
     """
     if not 0 <= config.port <= 65535:
         raise ConfigError(f"port {config.port} is out of range 0-65535")
-    for name in ("max_message_bytes", "max_body_bytes", "body_timeout_s"):
-        if getattr(config, name) <= 0:
+    for name, value in (("max_body_bytes", config.max_body_bytes), ("body_timeout_s", config.body_timeout_s)):
+        if value <= 0:
             raise ConfigError(f"{name} must be positive")
+    if isinstance(config, ServerConfig) and config.max_message_bytes <= 0:
+        raise ConfigError("max_message_bytes must be positive")
     if config.max_body_reads_per_ip < 0:
         raise ConfigError("max_body_reads_per_ip must be 0 (no cap) or more")
     if not is_loopback_host(config.host) and not (config.token or env_token):

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ._config import ServerConfig, resolve_token
+from ._config import HttpServerConfig, ServerConfig, resolve_token
 from ._http import (
     ASGIReceive,
     ASGISend,
@@ -104,7 +104,7 @@ class Router:
 
     def __init__(
         self,
-        config: ServerConfig | None = None,
+        config: HttpServerConfig | None = None,
         *,
         error_body: ErrorShaper = default_error_body,
         token: str | None = _UNSET,
@@ -115,6 +115,10 @@ class Router:
         transport: str | None = None,
     ) -> None:
         self.config = config if config is not None else ServerConfig()
+        # A WebSocket's limits: the config's own, or the defaults for a config without them.
+        self.ws_config = self.config if isinstance(self.config, ServerConfig) else ServerConfig(
+            **{name: getattr(self.config, name) for name in HttpServerConfig.__struct_fields__}
+        )
         self.token: str | None = resolve_token(self.config) if token is _UNSET else token
         # The kernel, to resolve API keys to principals (None: only the admin token);
         # ``transport`` names the dialect on each request's Caller (a metric label).
@@ -201,7 +205,7 @@ class Router:
         if scope["type"] == "http":
             await error_response(error, self.error_body).send_to(send)
         else:
-            await WebSocket(scope, receive, send, config=self.config, error_body=self.error_body).reject(error)
+            await WebSocket(scope, receive, send, config=self.ws_config, error_body=self.error_body).reject(error)
 
     async def _handle_lifespan(self, receive: ASGIReceive, send: ASGISend) -> None:
         while True:
@@ -320,7 +324,7 @@ class Router:
             match = route.regex.match(scope["path"])
             if match is not None:
                 ws = WebSocket(
-                    scope, receive, send, config=self.config, token=self.token, keys=self.keys, transport=self.transport,
+                    scope, receive, send, config=self.ws_config, token=self.token, keys=self.keys, transport=self.transport,
                     require_auth=route.auth, path_params=match.groupdict(), error_body=self.error_body,
                 )
                 try:
@@ -329,5 +333,5 @@ class Router:
                 except Exception:
                     log.exception("unhandled error in WebSocket %s", scope["path"])
                 return
-        ws = WebSocket(scope, receive, send, config=self.config, error_body=self.error_body)
+        ws = WebSocket(scope, receive, send, config=self.ws_config, error_body=self.error_body)
         await ws.reject(HttpError(404, f"Not found: {scope['path']}", code="not_found"))

@@ -27,8 +27,9 @@ from anyio.abc import TaskStatus
 if TYPE_CHECKING:
     from hypercorn.config import Config as HypercornConfig
 
-from ._config import TOKEN_ENV_VAR, ServerConfig, validate_bind
-from ._http import ASGIReceive, ASGISend
+from ._config import TOKEN_ENV_VAR, HttpServerConfig, ServerConfig, validate_bind
+from ._http import ASGIReceive, ASGISend, ErrorShaper
+from ._protocol_errors import shaped_config
 from ._tracker import SCOPE_KEY, ConnectionObserver, ConnectionTracker
 from ._websocket import CLOSE_HANDSHAKE_TIMEOUT_S
 
@@ -48,7 +49,7 @@ MIN_HARD_MESSAGE_BYTES = 1_048_576
 DEFAULT_PEER_TIMEOUT_S = 30.0
 
 
-def build_hypercorn_config(config: ServerConfig, bind: str, *, graceful_timeout_s: float = 1.0) -> HypercornConfig:
+def build_hypercorn_config(config: HttpServerConfig, bind: str, *, graceful_timeout_s: float = 1.0) -> HypercornConfig:
     """A hypercorn config with every default that matters set explicitly."""
     # Imported here: importing the package (e.g. for stdio's line carrier) should not
     # pay for hypercorn.
@@ -58,10 +59,9 @@ def build_hypercorn_config(config: ServerConfig, bind: str, *, graceful_timeout_
     h.bind = [bind]
     h.accesslog = None  # no access log: stdout must stay clean (stdio transports share it)
     h.errorlog = logging.getLogger("hypercorn.error")  # stderr via the app's logging setup
-    h.websocket_ping_interval = config.ping_interval_s if config.ping_interval_s > 0 else None
-    h.websocket_max_message_size = max(
-        config.max_message_bytes * HARD_MESSAGE_FACTOR, MIN_HARD_MESSAGE_BYTES
-    )
+    ws = config if isinstance(config, ServerConfig) else ServerConfig()  # no WebSockets: the defaults
+    h.websocket_ping_interval = ws.ping_interval_s if ws.ping_interval_s > 0 else None
+    h.websocket_max_message_size = max(ws.max_message_bytes * HARD_MESSAGE_FACTOR, MIN_HARD_MESSAGE_BYTES)
     h.backlog = BACKLOG
     h.graceful_timeout = graceful_timeout_s
     h.include_server_header = False
@@ -144,11 +144,12 @@ def _with_tracker(app: ASGIApp, tracker: ConnectionTracker) -> ASGIApp:
 
 async def serve_asgi(
     app: ASGIApp,
-    config: ServerConfig,
+    config: HttpServerConfig,
     *,
     shutdown: anyio.Event | None = None,
     graceful_timeout_s: float = 1.0,
     peer_timeout_s: float | None = DEFAULT_PEER_TIMEOUT_S,
+    error_body: ErrorShaper | None = None,
     connections: tuple[ConnectionObserver, str] | None = None,
     task_status: TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -160,6 +161,8 @@ async def serve_asgi(
     SSE streams end, then hypercorn stops within ``graceful_timeout_s``.
     ``peer_timeout_s``: a client that takes no data for this long is disconnected by the
     OS (TCP_USER_TIMEOUT, where available; None leaves the OS default of many minutes).
+    ``error_body``: the port's error shaper, for the requests hypercorn itself refuses
+    (malformed framing or headers) — otherwise those are answered with an empty body.
     ``connections``: ``(observer, transport name)`` told each WebSocket and event stream opened
     and closed (the kernel's observers count them as ``gateway_connections``).
     """
@@ -168,6 +171,7 @@ async def serve_asgi(
     host, port = sock.getsockname()[:2]
     fd = sock.detach()  # hypercorn takes ownership of the descriptor
     hconfig = build_hypercorn_config(config, f"fd://{fd}", graceful_timeout_s=graceful_timeout_s)
+    shaped_config(hconfig, error_body)
     tracker = ConnectionTracker(*connections) if connections is not None else ConnectionTracker()
     stop = anyio.Event()
 
@@ -234,15 +238,17 @@ def stalled_peer_timeout_s(lag_grace_s: float) -> float:
 
 async def serve_http(
     app: ASGIApp,
-    config: ServerConfig,
+    config: HttpServerConfig,
     *,
     lag_grace_s: float | None = None,
+    error_body: ErrorShaper | None = None,
     connections: tuple[ConnectionObserver, str] | None = None,
     task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """:func:`serve_asgi` as a transport's ``serve`` wants it: reports the base URL, and
-    drops stalled clients relative to the kernel's ``session.lag_grace_s`` when given."""
+    drops stalled clients relative to the kernel's ``session.lag_grace_s`` when given.
+    ``error_body`` shapes the errors of the HTTP layer itself (see :func:`serve_asgi`)."""
     peer = stalled_peer_timeout_s(lag_grace_s) if lag_grace_s is not None else DEFAULT_PEER_TIMEOUT_S
     async with anyio.create_task_group() as tg:
-        host, port = await tg.start(partial(serve_asgi, app, config, peer_timeout_s=peer, connections=connections))
+        host, port = await tg.start(partial(serve_asgi, app, config, peer_timeout_s=peer, error_body=error_body, connections=connections))
         task_status.started(base_url(host, port))

@@ -353,7 +353,7 @@ async def test_bad_requests_get_json_errors_and_the_server_keeps_serving() -> No
 
 
 async def test_auth_origin_host_and_rate_limit() -> None:
-    async with native(rate_limit_per_minute=8) as (_, http):
+    async with native(requests_per_minute_per_ip=8) as (_, http):
         assert_error(await http.get("/v1/agents", headers={"authorization": "Bearer wrong"}), 401, "unauthorized")
         unauthenticated = await http.get("/v1/agents", headers={"authorization": ""})
         assert_error(unauthenticated, 401, "unauthorized")

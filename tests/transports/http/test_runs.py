@@ -150,7 +150,7 @@ async def test_keepalive_comments_on_idle_streams() -> None:
 def test_config_defaults_and_validation() -> None:
     config = msgspec.convert({}, HttpConfig)
     assert (config.port, config.cors_origins, config.sse_keepalive_s, config.openai_tool_approval) == (8000, [], 15.0, "reject")
-    assert (config.host, config.max_body_bytes, config.rate_limit_per_minute, config.run_timeout_s) == ("127.0.0.1", 4_194_304, 600, 600.0)
+    assert (config.host, config.max_body_bytes, config.requests_per_minute_per_ip, config.run_timeout_s) == ("127.0.0.1", 4_194_304, 600, 600.0)
     with pytest.raises(msgspec.ValidationError):
         msgspec.convert({"surprise": 1}, HttpConfig)
     with pytest.raises(ConfigError):
