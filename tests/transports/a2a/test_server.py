@@ -420,3 +420,31 @@ async def test_push_without_an_allow_list_and_unacceptable_output_modes_are_refu
         later = await client.list_tasks(ListTasksRequest(status_timestamp_after=stored.status.timestamp))
         every = await client.list_tasks(ListTasksRequest())
     assert [t.id for t in every.tasks] == [sent.task.id] and list(later.tasks) == []  # nothing changed after it ended
+
+
+async def test_0_3_push_config_methods_and_resubscribe_speak_0_3() -> None:
+    provider = ScriptedProvider([tool_turn("danger"), text_turn("done")])
+    message = {"kind": "message", "messageId": "m1", "role": "user", "parts": [{"kind": "text", "text": "do it"}]}
+
+    async def rpc(http: httpx.AsyncClient, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return (await http.post("/", json={"jsonrpc": "2.0", "id": method, "method": method, "params": params})).json()
+
+    async with served(provider, push_allow=["http://127.0.0.1:9/"]) as (_, url), httpx.AsyncClient(base_url=url, timeout=20) as http:
+        asked = (await rpc(http, "message/send", {"message": message}))["result"]
+        task_id = asked["id"]
+        config = {"url": "http://127.0.0.1:9/hook", "token": "t", "authentication": {"schemes": ["Bearer"], "credentials": "c"}}
+        created = await rpc(http, "tasks/pushNotificationConfig/set", {"taskId": task_id, "pushNotificationConfig": config})
+        config_id = created["result"]["pushNotificationConfig"]["id"]
+        got = await rpc(http, "tasks/pushNotificationConfig/get", {"id": task_id, "pushNotificationConfigId": config_id})
+        listed = await rpc(http, "tasks/pushNotificationConfig/list", {"id": task_id})
+        deleted = await rpc(http, "tasks/pushNotificationConfig/delete", {"id": task_id, "pushNotificationConfigId": config_id})
+        after = await rpc(http, "tasks/pushNotificationConfig/list", {"id": task_id})
+        resubscribed = await http.post("/", json={"jsonrpc": "2.0", "id": "r", "method": "tasks/resubscribe", "params": {"id": task_id}})
+    assert asked["kind"] == "task" and asked["status"]["state"] == "input-required"
+    assert asked["status"]["message"]["parts"][1]["kind"] == "data" and asked["status"]["message"]["parts"][1]["data"]["tool"] == "danger"
+    assert created["result"]["taskId"] == task_id and created["result"]["pushNotificationConfig"]["authentication"] == {"schemes": ["Bearer"], "credentials": "c"}
+    assert got["result"]["pushNotificationConfig"]["url"] == "http://127.0.0.1:9/hook"
+    assert [c["pushNotificationConfig"]["id"] for c in listed["result"]] == [config_id]
+    assert deleted["result"] is None and after["result"] == []
+    events = _sse_events(resubscribed.text)  # a task waiting for input: the task, and the stream ends
+    assert [e["result"]["kind"] for e in events] == ["task"] and events[0]["result"]["status"]["state"] == "input-required"
