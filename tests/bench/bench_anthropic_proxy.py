@@ -189,16 +189,11 @@ async def run(settings: h.Settings) -> list[h.Result]:
         for index, backend in enumerate(settings.backends):
             direct = Target("direct", direct_stream, lambda: complete_once(direct_burst, "fake-model"), burst_up.cpu_s, burst_up.rss_kib)
             async with gateway(backend, burst_up.ready, "anthropic-burst") as (url, pid), gateway(backend, paced_up.ready, "anthropic-paced") as (paced_url, _):
-                burst_client = anthropic.AsyncAnthropic(base_url=_root(url), api_key=API_KEY, max_retries=0)
-                paced_client = anthropic.AsyncAnthropic(base_url=_root(paced_url), api_key=API_KEY, max_retries=0)
-                via = Target(
-                    "gateway", lambda paced: messages_stream(paced_client if paced else burst_client, "proxy"),
-                    lambda: messages_complete(burst_client, "proxy"), lambda pid=pid: h.cpu_s(pid), lambda pid=pid: h.rss_kib(pid),  # type: ignore[misc]
-                )
+                via = proxy_target("gateway", _root(url), API_KEY, ("proxy", "proxy"), lambda pid=pid: h.cpu_s(pid), lambda pid=pid: h.rss_kib(pid), stack)  # type: ignore[misc]
+                paced_via = proxy_target("gateway", _root(paced_url), API_KEY, ("proxy", "proxy"), via.cpu_s, via.rss_kib, stack)
+                via.stream = lambda paced, burst=via.stream, slow=paced_via.stream: (slow if paced else burst)(paced)
                 others = peers if index == 0 else []  # the peers run once, beside the first backend's gateway
                 await measure([direct, via, *others], burst_up, settings)
-                await burst_client.close()
-                await paced_client.close()
                 peer_cpu = others[0].cpu_ms["stream"] / 10 if others else None
                 results += rows(direct, via, backend, peer_cpu)  # while the gateway runs: its RSS
                 for other in others:
