@@ -38,14 +38,14 @@ class A2AConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
     #: Seconds of silence after which an SSE stream gets a ``: keep-alive`` comment; 0: never.
     sse_keepalive_s: float = 15.0
 
-
-def check_config(config: A2AConfig) -> None:
-    if config.public_url is not None and not config.public_url.startswith(("http://", "https://")):
-        raise ConfigError(f"public_url must be an http:// or https:// URL: {config.public_url!r}")
-    if config.push_retries < 0 or config.push_timeout_s <= 0:
-        raise ConfigError("push_retries must be >= 0 and push_timeout_s > 0")
-    if config.max_tasks < 1:
-        raise ConfigError("max_tasks must be at least 1")
-    for entry in config.push_allow:
-        if not entry.startswith(("http://", "https://")):
-            raise ConfigError(f"push_allow entries are URL prefixes (http:// or https://): {entry!r}")
+    def __post_init__(self) -> None:
+        """Checked as the section is decoded (every transport's config the same way)."""
+        if self.public_url is not None and not self.public_url.startswith(("http://", "https://")):
+            raise ConfigError(f"public_url must be an http:// or https:// URL: {self.public_url!r}")
+        if self.push_retries < 0 or self.push_timeout_s <= 0:
+            raise ConfigError("push_retries must be >= 0 and push_timeout_s > 0")
+        if self.max_tasks < 1:
+            raise ConfigError("max_tasks must be at least 1")
+        for entry in self.push_allow:
+            if not entry.startswith(("http://", "https://")):
+                raise ConfigError(f"push_allow entries are URL prefixes (http:// or https://): {entry!r}")

@@ -44,7 +44,7 @@ from transports.shared import (
 
 from . import codec
 from . import wire as w
-from .config import A2AConfig, check_config
+from .config import A2AConfig
 from .push import Pusher, PushRefused, check_url
 
 log = logging.getLogger("gateway.a2a")
@@ -515,7 +515,6 @@ class A2ATransport:
     Config = A2AConfig
 
     async def serve(self, kernel: Kernel, config: A2AConfig, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED) -> None:
-        check_config(config)
         app = A2AApp(kernel, config)
         async with anyio.create_task_group() as tg:
             await tg.start(app.api.run)

@@ -36,16 +36,17 @@ class AgentCliConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
     max_input_parts: int = 16
     max_message_bytes: int = 4_194_304
 
-    def check(self) -> None:
+    def __post_init__(self) -> None:
+        """Checked as the section is decoded (every transport's config the same way)."""
         if not self.path.startswith("/"):
-            raise ConfigError(f"[transports.agent_cli] path must start with '/': {self.path!r}")
+            raise ConfigError(f"path must start with '/': {self.path!r}")
         for name in ("max_queued_requests", "max_file_bytes", "max_image_bytes", "max_input_parts"):
             if getattr(self, name) < (0 if name == "max_queued_requests" else 1):
-                raise ConfigError(f"[transports.agent_cli] {name} is out of range: {getattr(self, name)}")
+                raise ConfigError(f"{name} is out of range: {getattr(self, name)}")
         if self.coalesce_ms < 0 or self.coalesce_chars < 1:
-            raise ConfigError("[transports.agent_cli] coalesce_ms must be >= 0 and coalesce_chars >= 1")
+            raise ConfigError("coalesce_ms must be >= 0 and coalesce_chars >= 1")
         if self.max_turns is not None and self.max_turns < 0:
-            raise ConfigError("[transports.agent_cli] max_turns must be >= 0 (0 = unlimited)")
+            raise ConfigError("max_turns must be >= 0 (0 = unlimited)")
 
     def approval(self) -> m.ApprovalPolicy:
         """The policy every prompt of this transport carries."""

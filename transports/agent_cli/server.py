@@ -59,7 +59,6 @@ class AgentCliTransport:
     Config = AgentCliConfig
 
     async def serve(self, kernel: Kernel, config: AgentCliConfig, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED) -> None:
-        config.check()
         validate_bind(config, os.environ.get(TOKEN_ENV_VAR))  # here, so it is not wrapped in a task group's error
         try:
             kernel.agent(config.agent)  # an unknown agent is a start-up error, not a per-connection one

@@ -33,9 +33,9 @@ class AguiConfig(ServerConfig, kw_only=True, forbid_unknown_fields=True):
     #: interrupts), ``"approve"``, ``"reject"``, or a policy table.
     tool_approval: m.ApprovalSetting = "ask"
 
-
-def check_config(config: AguiConfig) -> None:
-    if not config.path.startswith("/") or config.path.endswith("/") or "{" in config.path:
-        raise ConfigError(f"path must start with '/', not end with one, and hold no '{{': {config.path!r}")
-    if config.sse_keepalive_s < 0:
-        raise ConfigError("sse_keepalive_s must be >= 0")
+    def __post_init__(self) -> None:
+        """Checked as the section is decoded (every transport's config the same way)."""
+        if not self.path.startswith("/") or self.path.endswith("/") or "{" in self.path:
+            raise ConfigError(f"path must start with '/', not end with one, and hold no '{{': {self.path!r}")
+        if self.sse_keepalive_s < 0:
+            raise ConfigError("sse_keepalive_s must be >= 0")

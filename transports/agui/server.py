@@ -44,7 +44,7 @@ from transports.shared import (
 )
 
 from . import codec
-from .config import AguiConfig, check_config
+from .config import AguiConfig
 from .events import Frame, RunEncoder, RunIndex, RunRecord, Segment, snapshot_messages
 from .wire import RunAgentInput
 
@@ -266,7 +266,6 @@ class AguiTransport:
     Config = AguiConfig
 
     async def serve(self, kernel: Kernel, config: AguiConfig, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED) -> None:
-        check_config(config)
         app = AguiApp(kernel, config)  # a bad agent or policy is refused before anything is bound
         await serve_http(
             app.router, config, lag_grace_s=kernel.settings.session.lag_grace_s, error_body=app.router.error_body,

@@ -59,17 +59,16 @@ class HttpConfig(HttpServerConfig, kw_only=True, forbid_unknown_fields=True):
     sessions_poll_s: float = 0.5
 
     def __post_init__(self) -> None:
-        openai_policy(self.openai_tool_approval)  # refused at load time, not at the first request
-
-
-def check_config(config: HttpConfig) -> None:
-    if config.sse_keepalive_s < 0:
-        raise ConfigError("sse_keepalive_s must be >= 0")
-    if config.run_timeout_s <= 0:
-        raise ConfigError("run_timeout_s must be positive")
-    if config.requests_per_minute_per_ip < 0:
-        raise ConfigError("requests_per_minute_per_ip must be >= 0")
-    if config.stored_responses < 0 or config.stored_responses_bytes < 0:
-        raise ConfigError("stored_responses and stored_responses_bytes must be >= 0")
-    if config.sessions_poll_s <= 0:
-        raise ConfigError("sessions_poll_s must be positive")
+        """Checked as the section is decoded (every transport's config the same way): refused
+        at load time, not at the first request."""
+        openai_policy(self.openai_tool_approval)
+        if self.sse_keepalive_s < 0:
+            raise ConfigError("sse_keepalive_s must be >= 0")
+        if self.run_timeout_s <= 0:
+            raise ConfigError("run_timeout_s must be positive")
+        if self.requests_per_minute_per_ip < 0:
+            raise ConfigError("requests_per_minute_per_ip must be >= 0")
+        if self.stored_responses < 0 or self.stored_responses_bytes < 0:
+            raise ConfigError("stored_responses and stored_responses_bytes must be >= 0")
+        if self.sessions_poll_s <= 0:
+            raise ConfigError("sessions_poll_s must be positive")

@@ -28,7 +28,7 @@ from transports.shared import ClientLimiter, Router, add_health_routes, add_metr
 
 from .anthropic import codec as anthropic_codec
 from .anthropic.routes import AnthropicApi
-from .config import HttpConfig, check_config, openai_policy
+from .config import HttpConfig, openai_policy
 from .console.pages import ConsolePages
 from .native import codec as native_codec
 from .native.routes import NativeApi
@@ -111,7 +111,6 @@ class HttpTransport:
     async def serve(
         self, kernel: Kernel, config: HttpConfig, *, task_status: TaskStatus[str | None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        check_config(config)
         app = HttpApp(kernel, config)
         await serve_http(
             app, config, lag_grace_s=kernel.settings.session.lag_grace_s, error_body=app.native.error_body,

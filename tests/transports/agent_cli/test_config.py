@@ -21,7 +21,6 @@ def test_defaults() -> None:
     assert (cfg.approval_timeout_s, cfg.max_turns, cfg.max_queued_requests) == (300.0, None, 8)
     assert (cfg.max_file_bytes, cfg.max_image_bytes, cfg.max_input_parts, cfg.max_message_bytes) == (1_048_576, 3_145_728, 16, 4_194_304)
     assert cfg.agent is None and cfg.token is None and tuple(cfg.allowed_origins) == LOOPBACK_ORIGINS
-    cfg.check()
 
 
 def test_tool_approval_is_a_mode_or_a_table() -> None:
@@ -39,8 +38,10 @@ def test_invalid_options_are_refused() -> None:
     with pytest.raises(ValueError, match="Object contains unknown field `prot`"):
         load_config(AgentCliTransport, {"prot": 1})
     for bad in ({"path": "ws"}, {"max_turns": -1}, {"max_file_bytes": 0}, {"max_queued_requests": -1}):
+        with pytest.raises(ValueError, match=r"\[transports.agent-cli\]: .*(path|max_turns|max_file_bytes|max_queued_requests)"):
+            load_config(AgentCliTransport, bad)
         with pytest.raises(ConfigError):
-            msgspec.convert(bad, AgentCliConfig).check()
+            AgentCliConfig(**bad)  # type: ignore[arg-type]
 
 
 def test_registered_as_a_plugin() -> None:

@@ -18,7 +18,6 @@ import pytest
 from kernel import Kernel
 from tests.node_clients import npm_install
 from transports.agui import AguiApp, AguiConfig
-from transports.agui.config import check_config
 from transports.shared import serve_http
 
 #: The client the tests speak with (pinned: its verifier is what the streams must pass).
@@ -34,7 +33,6 @@ async def agui_server(kernel: Kernel, *, on_reconnect: anyio.Event | None = None
     a run in its middle until the client is back)."""
     overrides.setdefault("sse_keepalive_s", 0.0)
     config = AguiConfig(port=0, **overrides)
-    check_config(config)
     app = AguiApp(kernel, config)
 
     async def watched(scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -14,7 +14,6 @@ from kernel import model as m
 from kernel.settings import SessionSettings, Settings
 from kernel.testing import ScriptedProvider, running_kernel, text_turn
 from transports.http import HttpConfig, HttpTransport
-from transports.http.config import check_config
 from transports.shared import ConfigError
 
 from ._helpers import client, http_server, sse_events
@@ -154,6 +153,6 @@ def test_config_defaults_and_validation() -> None:
     with pytest.raises(msgspec.ValidationError):
         msgspec.convert({"surprise": 1}, HttpConfig)
     with pytest.raises(ConfigError):
-        check_config(HttpConfig(run_timeout_s=0))
+        HttpConfig(run_timeout_s=0)
     with pytest.raises(ConfigError):
-        check_config(HttpConfig(sse_keepalive_s=-1))
+        HttpConfig(sse_keepalive_s=-1)
