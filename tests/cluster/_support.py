@@ -21,7 +21,7 @@ from tests.subprocess_gateway import gateway_env
 
 @asynccontextmanager
 async def cluster_kernels(
-    providers: Sequence[Any], *, lease_s: float = 2.0, settings: Settings | None = None, tools: Sequence[Any] = ()
+    providers: Sequence[Any], *, lease_s: float = 2.0, settings: Settings | None = None, tools: Sequence[Any] = (), observers: Sequence[Any] = ()
 ) -> AsyncIterator[list[Kernel]]:
     """One kernel per provider, all on one store schema and one key prefix."""
     prefix = f"gwtest-{uuid.uuid4().hex[:10]}"
@@ -39,6 +39,7 @@ async def cluster_kernels(
                     tools=tools,
                     store=PostgresStore(store_url),
                     cluster=cluster,
+                    observers=observers,
                 )
                 kernels.append(await stack.enter_async_context(kernel))
             yield kernels
