@@ -13,15 +13,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, get_args
 
+import anyio
+import httpx
 import pytest
 
 from kernel import ERROR_SPECS, error_spec, http_headers, http_status
 from kernel import model as m
+from kernel.settings import OpenAISettings
+from kernel.testing import running_kernel
+from plugins.providers.openai import OpenAIProvider
+from tests.fakes.openai_server import fake_openai_server
+from tests.transports.http._helpers import http_server
+from tests.transports.openfang._helpers import make_config
 from transports.agui import codec as agui
 from transports.http.anthropic import codec as anthropic
 from transports.http.native import codec as native
 from transports.http.openai import codec as openai_chat
 from transports.http.responses import routes as responses
+from transports.openfang import OpenFangTransport
 from transports.openfang import rest as openfang_rest
 from transports.openfang import rest_codec as openfang
 
@@ -99,3 +108,27 @@ def test_retry_after_comes_from_the_details_else_the_codes_default() -> None:
     assert http_headers(m.ErrorInfo(code="provider_error", message="down", details={"retry_after_s": 7})) == {"retry-after": "7"}
     # A code a retry cannot help never says when to retry, whatever the details say.
     assert http_headers(m.ErrorInfo(code="invalid_request", message="no", details={"retry_after_s": 3})) == {}
+
+
+@pytest.mark.anyio
+async def test_an_upstream_refusing_the_gateways_key_is_a_502_over_every_http_dialect() -> None:
+    """End to end: the fake upstream wants another key than the gateway's. OpenFang's POST
+    /message answered 401 for it (as if the client's key were wrong); now it, the native API and
+    OpenAI chat all say 502, with the code upstream_unauthorized."""
+    async with fake_openai_server(api_key="sk-the-upstreams") as upstream:
+        provider = OpenAIProvider(OpenAISettings(api_key="sk-the-gateways", base_url=upstream.base_url, model="fake-model", max_retries=0))
+        async with running_kernel(provider) as kernel, http_server(kernel) as url, anyio.create_task_group() as tg:
+            fang = await tg.start(OpenFangTransport().serve, kernel, make_config())
+            agent = kernel.settings.agents[0].agent_id()
+            async with httpx.AsyncClient(timeout=10) as http:
+                assert (await http.post(f"{url}/v1/sessions", json={"session_id": "k"})).status_code == 201
+                replies = {
+                    "openfang": await http.post(f"{fang}/api/agents/{agent}/message", json={"message": "hi"}),
+                    "native": await http.post(f"{url}/v1/sessions/k/prompt", json={"text": "hi"}, headers={"accept": "application/json"}),
+                    "openai": await http.post(f"{url}/v1/chat/completions", json={"model": "default", "messages": [{"role": "user", "content": "hi"}]}),
+                }
+            tg.cancel_scope.cancel()
+        await provider.aclose()
+    assert {name: reply.status_code for name, reply in replies.items()} == {"openfang": 502, "native": 502, "openai": 502}
+    assert replies["native"].json()["error"]["code"] == "upstream_unauthorized"
+    assert replies["openai"].json()["error"]["code"] == "upstream_unauthorized"
