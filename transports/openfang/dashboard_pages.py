@@ -16,7 +16,7 @@ import anyio
 import msgspec
 
 from kernel import LOG_RING, Kernel
-from transports.shared import Request, Response, Router, format_sse, json_response, open_sse, stream_log_entries
+from transports.shared import HttpError, Request, Response, Router, format_sse, json_response, open_sse, stream_log_entries
 
 from .dashboard_pages_codec import (
     EMPTY_CRON_JOBS,
@@ -78,6 +78,9 @@ class DashboardPages:
                 await anyio.sleep(POLL_S)
 
     async def logs_stream(self, request: Request) -> None:
+        """The admin's only, as every log view (the lines name every key's sessions: docs/security.md)."""
+        if not request.caller.principal.can("admin"):
+            raise HttpError(403, "the logs need the 'admin' scope", code="forbidden")
         level = request.query.get("level", "").lower()
         text = request.query.get("filter", "")
 

@@ -54,7 +54,7 @@ def comms_event_json(run: RunRecord, names: dict[str, str]) -> dict[str, Any]:
     if outcome != "ok":
         detail += f" — {outcome}"
     return {
-        "id": f"run-{run.run_id}",
+        "id": f"run-{run.seq}",  # unique, and names nobody's run
         "timestamp": iso_ts(run.ended_at),
         "kind": "agent_message",
         "source_id": transport_node_id(run.transport),

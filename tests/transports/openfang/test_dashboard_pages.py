@@ -160,3 +160,15 @@ async def test_scheduler_workflows_and_logo() -> None:
         assert logo.status_code == 200 and logo.headers["content-type"] == "image/png"
         assert logo.content.startswith(b"\x89PNG\r\n\x1a\n")
         assert (await client.http.get("/api/cron/jobs")).status_code == 401
+
+
+async def test_the_logs_page_is_the_admins_and_comms_name_no_run(log_ring: Any) -> None:
+    async with dashboard() as client:
+        await _openfang_message(client, "counted")
+        _record, secret = await client.server.kernel.keys.create("reader", scopes=["read"])
+        refused = await client.http.get(f"/api/logs/stream?token={secret}")
+        assert (refused.status_code, refused.json()) == (403, {"error": "the logs need the 'admin' scope"})
+        events = await client.get("/api/comms/events")
+        assert [event["id"] for event in events] == ["run-1"]
+        runs = {run.run_id for run in client.server.kernel.observers.recent.since(0)}
+        assert not runs & {value for event in events for value in event.values()}
