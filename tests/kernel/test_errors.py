@@ -29,7 +29,6 @@ from transports.agui import codec as agui
 from transports.http.anthropic import codec as anthropic
 from transports.http.native import codec as native
 from transports.http.openai import codec as openai_chat
-from transports.http.responses import routes as responses
 from transports.openfang import OpenFangTransport
 from transports.openfang import rest as openfang_rest
 from transports.openfang import rest_codec as openfang
@@ -47,8 +46,8 @@ class Shaper:
 SHAPERS: dict[str, Shaper] = {
     "native (command)": Shaper(lambda e: _of(native.kernel_error(m.KernelError(e.code, e.message, e.details)))),
     "native (run)": Shaper(lambda e: _of(native.run_failure(e))),
-    "openai chat": Shaper(lambda e: _of(openai_chat.from_error_info(e)), conventions={413: 400}),
-    "openai responses": Shaper(lambda e: _of(responses.from_error_info(e)), conventions={413: 400}),
+    # OpenAI chat's shaper is also the Responses API's (transports/http/responses/routes.py).
+    "openai chat and responses": Shaper(lambda e: _of(openai_chat.from_error_info(e)), conventions={413: 400}),
     "ag-ui": Shaper(lambda e: _of(agui.from_kernel(e))),
     "openfang rest (run)": Shaper(lambda e: openfang.error_reply(e)[::2]),
     "openfang rest (command)": Shaper(lambda e: _of(openfang_rest.refused(m.KernelError(e.code, e.message, e.details)))),
