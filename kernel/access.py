@@ -24,7 +24,7 @@ import contextvars
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -157,13 +157,15 @@ class RateWindows(Protocol):
 
 
 class LocalWindows:
-    """Exact sliding windows in memory, one per key name (names are bounded by the keys)."""
+    """Exact sliding windows in memory, one per key name (names are bounded by the keys).
+    ``clock``: seconds, monotonic (tests pass their own to see a window pass)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = anyio.current_time) -> None:
         self._stamps: dict[str, deque[float]] = {}
+        self.clock = clock
 
     async def hit(self, name: str, limit: int, window_s: float) -> float:
-        now = anyio.current_time()
+        now = self.clock()
         stamps = self._stamps.setdefault(name, deque())
         while stamps and stamps[0] <= now - window_s:
             stamps.popleft()

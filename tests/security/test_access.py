@@ -20,13 +20,23 @@ from hypothesis import strategies as st
 
 from kernel import Kernel, KernelError
 from kernel import model as m
-from kernel.access import CREATING, SCOPE_OF, authorize
+from kernel.access import CREATING, SCOPE_OF, LocalWindows, authorize
 from kernel.keys import SCOPES
 from kernel.settings import AgentSettings, AuthSettings, ConfigKeySettings, Settings
 from kernel.testing import ScriptedProvider, running_kernel
 from tests.kernel.helpers import run_events
 
 pytestmark = pytest.mark.anyio
+
+
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def caller_of(principal: m.Principal) -> m.Caller:
@@ -140,21 +150,27 @@ async def test_scopes_and_agents_are_enforced_per_command() -> None:
 
 async def test_limits_refuse_a_run_before_the_provider_and_lift() -> None:
     provider = ScriptedProvider()
+    clock = Clock()
     async with running_kernel(provider=provider) as kernel:
+        kernel.access.windows = LocalWindows(clock)
         limited, _ = await kernel.keys.create("limited", rpm=2)
         caller = caller_of(limited.principal())
         for n in range(2):
             accepted = await kernel.execute(m.Prompt(session_id="s", text=f"p{n}"), caller)
             assert isinstance(accepted, m.Accepted)
-        calls = len(provider.requests)
         error = await refusal(kernel, m.Prompt(session_id="s", text="p3"), caller)
-        assert error.code == "rate_limited" and error.details is not None and 1 <= error.details["retry_after_s"] <= 60
+        assert error.code == "rate_limited" and error.details is not None and error.details["retry_after_s"] == 60
         assert error.details["limit"] == "rpm"
-        await kernel.access.windows.hit("limited", 0, 60.0)  # a zero limit counts nothing
-        assert len(provider.requests) <= calls + 2  # no upstream call for the refused run
-        # The window lifts: a fresh window (as after a minute) lets the key run again.
-        kernel.access.windows = type(kernel.access.windows)()
+        assert await kernel.wait_idle(5)
+        assert len(provider.requests) == 2  # the refused run never reached the model
+        clock.now += 30  # half the window: the wait left is half
+        error = await refusal(kernel, m.Prompt(session_id="s", text="p3"), caller)
+        assert error.details is not None and error.details["retry_after_s"] == 30
+        # The window lifts once its minute has passed (a clock of the test's own).
+        clock.now += 30.5
         assert isinstance(await kernel.execute(m.Prompt(session_id="s", text="p4"), caller), m.Accepted)
+        assert await kernel.wait_idle(5)
+        assert len(provider.requests) == 3
 
 
 async def test_tokens_per_day_count_the_runs_usage() -> None:

@@ -28,8 +28,10 @@ import pytest
 import websockets
 
 from kernel import Kernel
+from kernel.access import LocalWindows
 from kernel.testing import running_kernel
 from tests.asyncio_clients import in_asyncio
+from tests.security.test_access import Clock
 from tests.transports.agui._helpers import agui_server, run_input, user
 from transports.agent_cli import AgentCliConfig, AgentCliTransport
 from transports.http import HttpConfig, HttpTransport
@@ -188,6 +190,8 @@ async def test_openai_chat_and_responses_per_key(tmp_path: Path) -> None:
 
 async def test_limits_are_429_with_retry_after_before_any_upstream_call(tmp_path: Path) -> None:
     async with team(tmp_path, rpm=1) as t:
+        clock = Clock()
+        t.kernel.access.windows = LocalWindows(clock)
         async with t.client(t.http, t.alice) as alice:
             await alice.post("/v1/sessions", json={"session_id": "lim"})
             first = await alice.post("/v1/sessions/lim/prompt", json={"text": "one"}, headers={"accept": "application/json"})
@@ -201,8 +205,8 @@ async def test_limits_are_429_with_retry_after_before_any_upstream_call(tmp_path
             await bob.post("/v1/sessions", json={"session_id": "bob-lim"})
             ok = await bob.post("/v1/sessions/bob-lim/prompt", json={"text": "one"}, headers={"accept": "application/json"})
             assert ok.status_code == 200
-        # Lifted: a new window (as after the minute) lets Alice run again.
-        t.kernel.access.windows = type(t.kernel.access.windows)()
+        # Lifted once the minute has passed (the window's clock, moved by the test).
+        clock.now += 60.5
         async with t.client(t.http, t.alice) as alice:
             again = await alice.post("/v1/sessions/lim/prompt", json={"text": "three"}, headers={"accept": "application/json"})
             assert again.status_code == 200
