@@ -83,8 +83,9 @@ async def post_json(url: str, body: bytes, headers: dict[str, str], *, timeout_s
 class Pusher:
     """Delivers notifications in its own task group (started by the server)."""
 
-    def __init__(self, allow: list[str], *, timeout_s: float = 10.0, retries: int = 3, backoff_s: float = 0.5) -> None:
+    def __init__(self, allow: list[str], *, timeout_s: float = 10.0, retries: int = 3, backoff_s: float = 0.5, max_tasks: int = 10_000) -> None:
         self.allow = allow
+        self.max_tasks = max_tasks  # the configs of this many tasks are kept, the oldest dropped
         self.timeout_s = timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
@@ -102,6 +103,8 @@ class Pusher:
     def add(self, config: w.TaskPushNotificationConfig, *, config_id: str) -> w.TaskPushNotificationConfig:
         check_url(config.url, self.allow)
         mine = self.configs.setdefault(config.task_id, {})
+        while len(self.configs) > self.max_tasks:
+            del self.configs[next(iter(self.configs))]
         if config_id not in mine and len(mine) >= MAX_CONFIGS_PER_TASK:
             raise PushRefused(f"a task has at most {MAX_CONFIGS_PER_TASK} push configs")
         stored = msgspec.structs.replace(config, id=config_id)

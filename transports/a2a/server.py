@@ -114,7 +114,7 @@ class A2AApi:
         # The cards are public: the tools they list are read as the transport itself.
         self.card_caller = m.Caller(transport=CLIENT)
         self.book = TaskBook(kernel, client=CLIENT, capacity=config.max_tasks)
-        self.pusher = Pusher(config.push_allow, timeout_s=config.push_timeout_s, retries=config.push_retries)
+        self.pusher = Pusher(config.push_allow, timeout_s=config.push_timeout_s, retries=config.push_retries, max_tasks=config.max_tasks)
         self.book.listeners.append(self._push)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -211,7 +211,10 @@ class A2AApi:
         if push is not None:
             self._check_push(push.url)
         if message.task_id:
-            return await self._continue(message, request.caller, follow=follow)
+            task, run = await self._continue(message, request.caller, follow=follow)
+            if push is not None:
+                self.pusher.add(msgspec.structs.replace(push, task_id=task.task_id), config_id=push.id or uuid.uuid4().hex)
+            return task, run
         context_id = message.context_id or None
         if context_id is not None and session_of(f"{context_id}~x") is None:
             _fail(codec.invalid_params(f"A contextId is 1-128 letters, digits, '.', '_' or '-': {context_id!r}"))
