@@ -1,13 +1,15 @@
 """The ``openai`` provider: any OpenAI-compatible chat-completions API.
 
-Works against OpenAI, DeepSeek, vLLM, llama.cpp, Ollama and friends through
-``openai.AsyncOpenAI`` (its own httpx2 stack, which runs on asyncio and trio).
+Works against OpenAI, DeepSeek, vLLM, llama.cpp, Ollama and friends, configured as an
+``openai.AsyncOpenAI`` (its own httpx2/httpcore2 stack, which runs on asyncio and trio).
 
 * The SDK does what it is good at: client configuration, auth, base URL, timeouts,
-  retries before the answer starts, typed HTTP errors. The request goes out through
-  ``client.post(..., cast_to=httpx2.Response, stream=True)`` with a body msgspec
-  encoded, and the answer comes back raw: the SDK's own stream builds a pydantic model
-  per chunk, which cost most of the gateway's CPU per token (issue 17).
+  the retry policy, ``models.list``, typed HTTP errors. A completion itself goes out
+  through :class:`upstream_http.ChatHop` — the SDK client's own httpcore2 pool, its
+  headers built once, the body msgspec encoded once per request — and the answer comes
+  back raw: the SDK's request path cost 2-2.5 ms per request over the pool's (issue 27),
+  and its own stream builds a pydantic model per chunk, which cost most of the gateway's
+  CPU per token (issue 17).
 * Streams, with ``stream_options.include_usage`` so the last chunk carries token
   counts — unless nobody needs the answer piece by piece (``ProviderRequest.stream``
   false: a non-stream OpenAI client request), when one JSON completion is asked for.
@@ -43,13 +45,12 @@ import email.utils
 import math
 import os
 import time
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
 import anyio.lowlevel
-import httpx2
 import msgspec
 import openai
 
@@ -67,6 +68,7 @@ from kernel import (
 from kernel.model import FilePart, ImagePart, Message, OutputFormat, TextPart, ToolChoice
 
 from .openai_wire import MAX_EVENT_BYTES, SSEData, StreamReader, UpstreamError, answer_chunks, decode_completion
+from .upstream_http import BROKEN, FAILED, TIMED_OUT, ChatHop
 
 __all__ = [
     "OpenAIProvider",
@@ -211,6 +213,19 @@ def _upstream_detail(exc: openai.APIStatusError) -> str:
     return text
 
 
+def _first_words(exc: BaseException) -> str:
+    """The first non-empty message down an exception's causes: on trio a failed TLS handshake
+    is an empty ``ConnectError`` whose cause holds ``CERTIFICATE_VERIFY_FAILED``."""
+    seen: BaseException | None = exc
+    for _ in range(6):
+        if seen is None:
+            break
+        if str(seen):
+            return str(seen)
+        seen = seen.__cause__ or seen.__context__
+    return ""
+
+
 def _safe_url(url: str) -> str:
     """scheme://host[:port]/path: no credentials, no query string."""
     try:
@@ -252,6 +267,10 @@ class OpenAIProvider:
             )
         self._client = client
         self._where = _safe_url(str(client.base_url))
+        try:
+            self._hop = ChatHop(client, "chat/completions")
+        except ValueError as exc:
+            raise ProviderError(str(exc), code="provider_error") from exc
 
     @classmethod
     def from_settings(cls, settings: Settings) -> OpenAIProvider:
@@ -294,20 +313,14 @@ class OpenAIProvider:
 
     async def stream(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]:
         try:
-            response = await self._client.post(
-                "/chat/completions", cast_to=httpx2.Response, content=_encode(self.request_body(request)), stream=True,
-                # The run's trace goes on upstream (W3C trace context), when there is one.
-                options={"headers": {"traceparent": request.traceparent}} if request.traceparent else {},
-            )
+            # The run's trace goes on upstream (W3C trace context), when there is one.
+            answer = await self._hop.post(_encode(self.request_body(request)), traceparent=request.traceparent)
         except openai.OpenAIError as exc:
             raise self._error(exc) from exc
-        assert isinstance(response, httpx2.Response)
-        # Raw bytes unless the body is compressed: httpx's decoding layer costs ~1.5 µs per event.
-        encoded = response.headers.get("content-encoding", "identity").lower() not in ("", "identity")
-        pieces = response.aiter_bytes() if encoded else response.aiter_raw()
+        pieces = answer.pieces
         reads = self._read(pieces)
         try:
-            if response.headers.get("content-type", "").startswith("application/json"):
+            if answer.content_type.startswith("application/json"):
                 for chunk in self._answer(await self._whole(reads)):
                     yield chunk
                 return
@@ -330,7 +343,7 @@ class OpenAIProvider:
                     await self._drain(pieces)
                     break
             if reader.finish is None:
-                raise self._unfinished(reader, response.headers.get("content-type", ""))
+                raise self._unfinished(reader, answer.content_type)
             for chunk in reader.closing():
                 yield chunk
             yield FinishChunk(reader.finish)
@@ -339,19 +352,18 @@ class OpenAIProvider:
             # otherwise leave the socket open until GC.
             with anyio.CancelScope(shield=True):
                 await reads.aclose()
-                await pieces.aclose()
-                await response.aclose()
+                await answer.aclose()
 
-    async def _read(self, pieces: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, None]:
+    async def _read(self, pieces: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
         """The body's pieces as they arrive, transport failures as provider errors."""
         while True:
             try:
                 piece = await pieces.__anext__()
             except StopAsyncIteration:
                 return
-            except httpx2.TimeoutException as exc:
+            except TIMED_OUT as exc:
                 raise self._timed_out() from exc
-            except httpx2.RequestError as exc:
+            except BROKEN as exc:
                 raise self._connection_failed(exc, streaming=True) from exc
             yield piece
 
@@ -364,13 +376,13 @@ class OpenAIProvider:
                 raise ProviderError(f"the answer from {self._where} is larger than {MAX_EVENT_BYTES} bytes", code="provider_error")
         return bytes(body)
 
-    async def _drain(self, pieces: AsyncGenerator[bytes, None]) -> None:
+    async def _drain(self, pieces: AsyncIterator[bytes]) -> None:
         """Read what follows ``[DONE]`` (the body's end), so the connection can be reused."""
         with anyio.move_on_after(_DRAIN_S):
             try:
                 async for _ in pieces:
                     pass
-            except httpx2.RequestError:
+            except FAILED:
                 pass  # the answer is complete; a connection that breaks now is simply not reused
 
     def _unfinished(self, reader: StreamReader, content_type: str) -> ProviderError:
@@ -436,7 +448,7 @@ class OpenAIProvider:
         return ProviderError(f"request to {self._where} timed out (timeout {self.settings.timeout_s:g} s)", code="timeout")
 
     def _connection_failed(self, cause: BaseException | None, *, streaming: bool) -> ProviderError:
-        reason = f": {type(cause).__name__}: {cause}" if cause else ""
+        reason = f": {type(cause).__name__}: {_first_words(cause)}" if cause else ""
         what = f"the stream from {self._where} broke off" if streaming else f"connection to {self._where} failed"
         return ProviderError(self._redact(f"{what}{reason}"), code="provider_error")
 
