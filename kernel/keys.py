@@ -42,6 +42,10 @@ DEFAULT_SCOPES: tuple[Scope, ...] = ("read", "prompt", "approve")
 KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 #: How often a key's ``last_used_at`` is written (a store write per request would be waste).
 TOUCH_EVERY_S = 60.0
+#: How long "do keys exist?" is remembered. It is asked by every request that presents no
+#: credentials to a gateway without a token (one person on loopback: the default), so it must
+#: not cost a store query each time; a first key made by another process is seen within this.
+REQUIRED_TTL_S = 1.0
 
 
 class KeyRecord(msgspec.Struct, kw_only=True):
@@ -154,6 +158,7 @@ class Keyring:
                 rpm=key.rpm, concurrent=key.concurrent, tokens_per_day=key.tokens_per_day,
             )
         self._touched: dict[str, float] = {}
+        self._required: tuple[bool, float] | None = None  # (keys exist, until when: monotonic)
 
     async def authenticate(self, secret: str | None) -> Principal | None:
         """The principal of a presented key, or None (unknown, revoked or expired)."""
@@ -175,7 +180,12 @@ class Keyring:
     async def required(self) -> bool:
         """Whether any key exists: then a request without credentials is refused even where
         no admin token is set (a loopback gateway that people share)."""
-        return bool(self.configured) or await self.store.count_keys() > 0
+        if self.configured:
+            return True
+        now = time.monotonic()
+        if self._required is None or now >= self._required[1]:
+            self._required = (await self.store.count_keys() > 0, now + REQUIRED_TTL_S)
+        return self._required[0]
 
     async def current(self, principal: Principal) -> KeyRecord | None:
         """The key behind a principal as it is now (limits, usage); None for the admin token.
@@ -235,6 +245,7 @@ class Keyring:
         )
         if not await self.store.insert_key(record):
             raise KernelError("invalid_request", f"a key named {name!r} exists already (revoke it first, or choose another name)")
+        self._required = None
         audit.info("key created: %s scopes=%s agents=%s", name, ",".join(record.scopes), ",".join(record.agents) or "*")
         return record, secret
 
@@ -243,6 +254,7 @@ class Keyring:
             raise KernelError("invalid_request", f"key {name!r} is defined in the configuration: remove it there")
         if not await self.store.revoke_key(name, time.time()):
             raise KernelError("not_found", f"no live key named {name!r}")
+        self._required = None
         audit.info("key revoked: %s", name)
 
     async def views(self) -> list[KeyView]:
