@@ -153,7 +153,9 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     registry = app.load_registry()
     _report_problems(registry)
     configs = app.transport_configs(settings, registry, args.transport, overrides)
-    launch = None if args.quiet else _launch(args)
+    # JSON logs: every line on stderr is a JSON object, so no banner (its addresses are in the
+    # "transport NAME ready on URL" records).
+    launch = None if args.quiet or settings.log_format == "json" else _launch(args)
     try:
         backend, options = event_loop(args.backend, args.loop)
         anyio.run(partial(app.serve, launch=launch), settings, registry, configs, backend=backend, backend_options=options)

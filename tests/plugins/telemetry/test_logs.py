@@ -39,7 +39,7 @@ async def stderr_lines(stream: Any) -> AsyncIterator[str]:
 async def test_gateway_serve_writes_one_json_object_per_line_with_the_runs_context(tmp_path: Path) -> None:
     config = tmp_path / "gateway.toml"
     config.write_text('log_level = "debug"\n')
-    args = ["serve", "-t", "http", "--port", "0", "--quiet", "--log-format", "json", "--config", str(config)]
+    args = ["serve", "-t", "http", "--port", "0", "--log-format", "json", "--config", str(config)]  # no --quiet: no banner either
     async with gateway_process(args, gateway_env(tmp_path / "gw.db")) as gateway:
         assert gateway.process.stderr is not None
         lines: list[dict[str, Any]] = []
