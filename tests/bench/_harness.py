@@ -24,6 +24,39 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ("asyncio", "trio")
+#: asyncio on uvloop, measured as a backend of its own (``--loop uvloop|both``).
+UVLOOP = "asyncio+uvloop"
+LOOPS = ("asyncio", "uvloop", "both")
+
+
+def with_loop(backends: Sequence[str], loop: str) -> tuple[str, ...]:
+    """The backends to measure for ``--loop``: asyncio's plain loop, uvloop instead, or both."""
+    out: list[str] = []
+    for backend in backends:
+        if backend == "asyncio" and loop in ("asyncio", "both"):
+            out.append("asyncio")
+        if backend == "asyncio" and loop in ("uvloop", "both"):
+            out.append(UVLOOP)
+        if backend != "asyncio":
+            out.append(backend)
+    return tuple(out)
+
+
+def backend_args(backend: str) -> list[str]:
+    """``--backend``/``--loop`` for a server child (``gateway serve`` or ``tests.bench._servers``):
+    the loop is always named, since ``gateway serve`` takes uvloop by itself when installed."""
+    if backend == UVLOOP:
+        return ["--backend", "asyncio", "--loop", "uvloop"]
+    if backend == "asyncio":
+        return ["--backend", "asyncio", "--loop", "asyncio"]
+    return ["--backend", backend]
+
+
+def run_options(backend: str) -> dict[str, Any]:
+    """``anyio.run`` keyword arguments for a backend name (in-process benchmarks)."""
+    if backend == UVLOOP:
+        return {"backend": "asyncio", "backend_options": {"use_uvloop": True}}
+    return {"backend": backend}
 
 
 @dataclass

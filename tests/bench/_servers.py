@@ -357,6 +357,7 @@ def main() -> int:
     parser.add_argument("kind", choices=("bare", "gateway", "upstream", "cli", "pipe", "otlp"))
     parser.add_argument("--lines", help="for pipe: the file of lines to write")
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="asyncio's event loop (uvloop: as gateway serve --loop uvloop)")
     parser.add_argument("--transport", action="append", help="for gateway: openfang or agent-cli (default), repeatable: one kernel, one port each")
     parser.add_argument("--merge", choices=("on", "off"), default="on")
     parser.add_argument("--db", help="for gateway: the SQLite store (default: a temporary directory)")
@@ -375,7 +376,8 @@ def main() -> int:
         return run_pipe(args)
     target = {"bare": serve_bare, "gateway": serve_gateway, "upstream": serve_upstream, "otlp": serve_otlp}[args.kind]
     try:
-        anyio.run(target, args, backend=args.backend)
+        options = {"use_uvloop": True} if args.backend == "asyncio" and args.loop == "uvloop" else {}
+        anyio.run(target, args, backend=args.backend, backend_options=options)
     except KeyboardInterrupt:
         pass
     return 0

@@ -139,7 +139,7 @@ def serve_gateway(backend: str) -> None:
                 await stop.wait()
                 tg.cancel_scope.cancel()
 
-    anyio.run(main, backend=backend)
+    anyio.run(main, **h.run_options(backend))
 
 
 @contextlib.asynccontextmanager
@@ -271,7 +271,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.bench_a2a")
     parser.add_argument("command", choices=("serve",))
     parser.add_argument("kind", choices=("gateway", "reference"))
-    parser.add_argument("--backend", choices=h.BACKENDS, default="asyncio")
+    parser.add_argument("--backend", choices=(*h.BACKENDS, h.UVLOOP), default="asyncio")
     args = parser.parse_args()
     if args.kind == "reference":
         serve_reference()

@@ -137,7 +137,7 @@ async def run(settings: h.Settings) -> list[h.Result]:
     results: list[h.Result] = []
     n, rate = settings.pick(400, 100), settings.pick(100.0, 100.0)
     for backend in settings.backends:
-        local, remote = await anyio.to_thread.run_sync(lambda b=backend: anyio.run(_latency, n, rate, backend=b))
+        local, remote = await anyio.to_thread.run_sync(lambda b=backend: anyio.run(_latency, n, rate, **h.run_options(b)))
         for q, label in ((50, "p50"), (99, "p99")):
             lo, re_ = h.percentile(local, q) * 1000, h.percentile(remote, q) * 1000
             results.append(h.Result(
@@ -145,13 +145,13 @@ async def run(settings: h.Settings) -> list[h.Result]:
                 baseline=lo, gateway=re_, ratio=None, shown=f"+{re_ - lo:.2f} ms", details={"deltas": n},
             ))
         burst = settings.pick(20_000, 5_000)
-        local_rate, remote_rate = await anyio.to_thread.run_sync(lambda b=backend: anyio.run(_throughput, burst, backend=b))
+        local_rate, remote_rate = await anyio.to_thread.run_sync(lambda b=backend: anyio.run(_throughput, burst, **h.run_options(b)))
         results.append(h.Result(
             bench="cluster", variant=f"burst of {burst} deltas", backend=backend, metric="deltas/s",
             baseline=local_rate, gateway=remote_rate, ratio=remote_rate / local_rate, details={"deltas": burst},
         ))
         count = settings.pick(300, 60)
-        direct, forwarded = await anyio.to_thread.run_sync(lambda b=backend: anyio.run(_forwarding, count, backend=b))
+        direct, forwarded = await anyio.to_thread.run_sync(lambda b=backend: anyio.run(_forwarding, count, **h.run_options(b)))
         lo, fo = h.median(direct) * 1000, h.median(forwarded) * 1000
         results.append(h.Result(
             bench="cluster", variant="GetSession, p50", backend=backend, metric="ms per command",

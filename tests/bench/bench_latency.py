@@ -127,7 +127,7 @@ async def run(settings: h.Settings) -> list[h.Result]:
     h.raise_nofile(4 * streams + 256)
     results: list[h.Result] = []
     for backend in settings.backends:
-        specs = [["bare", "--backend", backend]] + [["gateway", "--backend", backend, *args] for args in CASES.values()]
+        specs = [["bare", *h.backend_args(backend)]] + [["gateway", *h.backend_args(backend), *args] for args in CASES.values()]
         async with h.children(*specs) as (bare, *gateways):
             base = await measure("bare", bare, streams, rate, seconds)
             measured = {label: await measure(label, gw, streams, rate, seconds) for label, gw in zip(CASES, gateways)}

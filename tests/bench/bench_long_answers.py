@@ -32,7 +32,7 @@ async def _answer_s(deltas: int) -> float:
 
 
 def _median_s(deltas: int, reps: int, backend: str) -> float:
-    return h.median([anyio.run(_answer_s, deltas, backend=backend) for _ in range(reps)])
+    return h.median([anyio.run(_answer_s, deltas, **h.run_options(backend)) for _ in range(reps)])
 
 
 async def run(settings: h.Settings) -> list[h.Result]:

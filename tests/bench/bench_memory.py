@@ -85,7 +85,7 @@ async def settle_rss(child: h.Child, seconds: float = 0.5) -> int:
 
 
 def server_args(server: str, backend: str) -> list[str]:
-    return ["bare", "--backend", backend] if server == "bare" else ["gateway", "--backend", backend, "--transport", server]
+    return ["bare", *h.backend_args(backend)] if server == "bare" else ["gateway", *h.backend_args(backend), "--transport", server]
 
 
 async def measure(server: str, child: h.Child, compression: str | None, count: int) -> dict[str, Any]:

@@ -235,7 +235,7 @@ async def gateway(backend: str, upstream_url: str | None, name: str) -> AsyncIte
     config.write_text(GATEWAY_CONFIG.format(provider="openai" if upstream_url else "echo"))
     extra = {"OPENAI_API_KEY": API_KEY, "OPENAI_BASE_URL": upstream_url} if upstream_url else {}
     env = h.child_env(GATEWAY_DB=str(h.scratch_dir() / f"proxy-{name}-{backend}.db"), **extra)
-    args = ["serve", "--transport", "http", "--backend", backend, "--port", "0", "--config", str(config)]
+    args = ["serve", "--transport", "http", *h.backend_args(backend), "--port", "0", "--config", str(config)]
     async with h.gateway_cli(args, env, r"transport http ready on (http://\S+)") as (process, ready):
         yield ready.group(1) + "/v1", process.pid
 

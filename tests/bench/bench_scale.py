@@ -37,8 +37,8 @@ async def run(settings: h.Settings) -> list[h.Result]:
     h.raise_nofile(4 * streams + 256)
     results: list[h.Result] = []
     for backend in settings.backends:
-        gateway = ["gateway", "--backend", backend, "--transport", "openfang", "--transport", "agent-cli", "--buffer", "1024"]
-        async with h.children(["bare", "--backend", backend], *([*gateway, *args] for args in CASES.values())) as (bare, *gateways):
+        gateway = ["gateway", *h.backend_args(backend), "--transport", "openfang", "--transport", "agent-cli", "--buffer", "1024"]
+        async with h.children(["bare", *h.backend_args(backend)], *([*gateway, *args] for args in CASES.values())) as (bare, *gateways):
             base = await measure_sockets("bare", bare, [("bare", bare.port, streams)], rate, seconds)
             for label, child in zip(CASES, gateways):
                 openfang_port, agent_cli_port = child.ports

@@ -149,7 +149,7 @@ async def run(settings: h.Settings) -> list[h.Result]:
         (root / "off.toml").write_text(f'[provider]\ndefault = "bench"\n[session]\nsubscriber_buffer = {2 * n + 64}\nevent_retention = {2 * n + 64}\n')
         for backend in settings.backends:
             env = h.child_env(GATEWAY_DB=str(root / f"{backend}-echo.db"))
-            serve = ["serve", "--transport", "stdio", "--backend", backend]
+            serve = ["serve", "--transport", "stdio", *h.backend_args(backend)]
             cli = ["-m", "tests.bench._servers", "cli"]
             async with (
                 line_process(["-m", "gateway", *serve], env) as echo_proc,

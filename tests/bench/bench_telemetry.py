@@ -42,7 +42,7 @@ async def proxy(backend: str, upstream_url: str, variant: str, otlp_url: str) ->
     env = h.child_env(GATEWAY_DB=str(h.scratch_dir() / f"telemetry-{variant}-{backend}.db"), OPENAI_API_KEY=API_KEY, OPENAI_BASE_URL=upstream_url, **otel)
     for key in [k for k in env if k.startswith("OTEL_") and k not in otel]:
         del env[key]
-    args = ["serve", "--transport", "http", "--backend", backend, "--port", "0", "--quiet", "--config", str(config)]
+    args = ["serve", "--transport", "http", *h.backend_args(backend), "--port", "0", "--quiet", "--config", str(config)]
     async with h.gateway_cli(args, env, r"transport http ready on (http://\S+)") as (process, ready):
         api = client(ready.group(1) + "/v1")
         try:
@@ -104,7 +104,7 @@ async def ws_throughput(settings: h.Settings, backend: str, otlp: h.Child) -> li
         servers = {}
         for variant in VARIANTS:
             servers[variant] = await stack.enter_async_context(
-                h.child("gateway", "--backend", backend, "--transport", "openfang", "--telemetry", variant, env=env if variant == "tracing" else None)
+                h.child("gateway", *h.backend_args(backend), "--transport", "openfang", "--telemetry", variant, env=env if variant == "tracing" else None)
             )
         streams = {v: await Stream.open("openfang", servers[v], None) for v in VARIANTS}
         try:

@@ -273,9 +273,9 @@ async def run(settings: h.Settings) -> list[h.Result]:
             on_set = ["--set", "coalesce_ms=100"] if transport == "agent-cli" else []
             # Coalescing off: a kernel buffer big enough that nothing is cut off while one frame per delta drains.
             async with h.children(
-                ["bare", "--backend", backend],
-                ["gateway", "--backend", backend, "--transport", transport, "--merge", "off", "--buffer", str(2 * n + 64), *off_set],
-                ["gateway", "--backend", backend, "--transport", transport, *on_set],
+                ["bare", *h.backend_args(backend)],
+                ["gateway", *h.backend_args(backend), "--transport", transport, "--merge", "off", "--buffer", str(2 * n + 64), *off_set],
+                ["gateway", *h.backend_args(backend), "--transport", transport, *on_set],
             ) as (bare, gw_off, gw_on):
                 for compression in COMPRESSIONS:
                     m = await measure(transport, bare, gw_off, gw_on, compression, n, reps)

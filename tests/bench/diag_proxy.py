@@ -161,7 +161,7 @@ async def measure(backend: str, requests: int) -> None:
         env = h.child_env(OPENAI_API_KEY=API_KEY, OPENAI_BASE_URL=upstream.ready, GATEWAY_DB=str(h.scratch_dir() / "diag-proxy.db"))
         log = h.open_stderr_file()
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tests.bench.diag_proxy", "--probe", "--", "serve", "--transport", "http", "--backend", backend,
+            sys.executable, "-m", "tests.bench.diag_proxy", "--probe", "--", "serve", "--transport", "http", *h.backend_args(backend),
             "--port", "0", "--config", str(config), stdin=asyncio.subprocess.DEVNULL, stderr=log, env=env, cwd=str(h.ROOT),
         )
         log.close()
@@ -208,7 +208,7 @@ def main() -> int:
     if "--probe" in sys.argv:
         return probe_gateway(sys.argv[sys.argv.index("--") + 1 :])
     parser = argparse.ArgumentParser(prog="python -m tests.bench.diag_proxy")
-    parser.add_argument("--backend", choices=h.BACKENDS, action="append", help="the gateway's backend (default: both)")
+    parser.add_argument("--backend", choices=(*h.BACKENDS, h.UVLOOP), action="append", help="the gateway's backend (default: asyncio and trio)")
     parser.add_argument("--requests", type=int, default=120)
     args = parser.parse_args()
     for backend in args.backend or h.BACKENDS:

@@ -46,6 +46,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a ~1 minute smoke run (smaller counts, fewer repetitions)")
     parser.add_argument("--only", metavar="NAMES", help="comma-separated subset of: " + ", ".join(BENCHMARKS))
     parser.add_argument("--backend", action="append", choices=h.BACKENDS, help="server backend(s) to measure (default: both)")
+    parser.add_argument("--loop", choices=h.LOOPS, default="asyncio", help="asyncio's event loop for the servers under test: its own (default), uvloop, or both (asyncio+uvloop as a third backend)")
     parser.add_argument("--peer", action="append", choices=("litellm",), help="also measure this proxy where a benchmark can (openai-proxy, anthropic-proxy; installed into the bench cache on first use)")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (for docs/performance.md)")
     parser.add_argument("--json", metavar="PATH", help="where to write the results (default tests/bench/results[-quick].json)")
@@ -54,7 +55,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 async def run_all(args: argparse.Namespace) -> tuple[list[h.Result], list[str]]:
-    settings = h.Settings(quick=args.quick, backends=tuple(args.backend or h.BACKENDS), peers=tuple(args.peer or ()))
+    settings = h.Settings(quick=args.quick, backends=h.with_loop(args.backend or h.BACKENDS, args.loop), peers=tuple(args.peer or ()))
     names = [n.strip() for n in args.only.split(",")] if args.only else list(BENCHMARKS)
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
