@@ -15,6 +15,7 @@ import httpx
 import pytest
 from a2a.types import (
     CancelTaskRequest,
+    GetExtendedAgentCardRequest,
     GetTaskRequest,
     ListTasksRequest,
     Part,
@@ -448,3 +449,59 @@ async def test_0_3_push_config_methods_and_resubscribe_speak_0_3() -> None:
     assert deleted["result"] is None and after["result"] == []
     events = _sse_events(resubscribed.text)  # a task waiting for input: the task, and the stream ends
     assert [e["result"]["kind"] for e in events] == ["task"] and events[0]["result"]["status"]["state"] == "input-required"
+
+
+async def test_the_turn_limit_is_input_required_answered_by_continue() -> None:
+    provider = ScriptedProvider([tool_turn("danger"), text_turn("went on")])
+    settings = Settings(agents=[AgentSettings(name="Helper", tools=["danger"], max_turns=1)])
+    async with running_kernel(provider, settings=settings, tools=[DANGER_TOOL]) as kernel, a2a_server(kernel, tool_approval=m.ApprovalPolicy(mode="approve", turn_limit="ask")) as url:
+        async with sdk_client(url) as client:
+            asked = await collect(client.send_message(text("go")))
+            status = asked[-1].status_update.status
+            task = asked[0].task
+            answered = await collect(client.send_message(user_message(data_part({"continue": True}), task_id=task.id)))
+    assert status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert MessageToDict(status.message.parts[1].data) == {"question": "turn_limit", "currentTurns": 1.0, "maxTurns": 1.0}
+    assert answered[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED and streamed_text(answered) == "went on"
+
+
+async def test_the_extended_card_needs_credentials_and_is_refused_without_them() -> None:
+    async with served(ScriptedProvider(), token="s3cret") as (_, url):
+        async with sdk_client(url, binding="HTTP+JSON", headers={"authorization": "Bearer s3cret"}) as client:
+            extended = await client.get_extended_agent_card(GetExtendedAgentCardRequest())
+    async with served(ScriptedProvider()) as (_, url), httpx.AsyncClient(base_url=url) as http:
+        refused = (await http.post("/", json={"jsonrpc": "2.0", "id": 1, "method": "GetExtendedAgentCard", "params": {}}, headers={"a2a-version": "1.0"})).json()
+    assert extended.name == "Helper" and extended.capabilities.extended_agent_card
+    assert refused["error"]["code"] == -32007
+
+
+async def test_a_failed_push_is_retried_with_backoff() -> None:
+    attempts: list[int] = []
+    delivered = anyio.Event()
+
+    async def handle(stream: Any) -> None:
+        async with stream:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += await stream.receive()
+            attempts.append(1)
+            if len(attempts) == 1:
+                await stream.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+            else:
+                await stream.send(b"HTTP/1.1 204 No Content\r\n\r\n")
+                delivered.set()
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    base = f"http://127.0.0.1:{port}/"
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, handle)
+        provider = ScriptedProvider([tool_turn("danger"), text_turn("done")])
+        async with served(provider, push_allow=[base]) as (_, url), sdk_client(url, streaming=False) as client:
+            [asked] = await collect(client.send_message(text("do it")))
+            await client.create_task_push_notification_config(TaskPushNotificationConfig(task_id=asked.task.id, url=f"{base}hook"))
+            await collect(client.send_message(text("approve", task_id=asked.task.id)))  # working: the first push fails, its retry lands
+            with anyio.fail_after(10):
+                await delivered.wait()
+        tg.cancel_scope.cancel()
+    assert len(attempts) >= 2
