@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import anyio
+import msgspec
 
 from . import model as m
 from .keys import audit, utc_day
@@ -223,6 +224,22 @@ class Access:
                 "refused: key %s %s on %s via %s: %s", principal.name, type(command).__name__, session_id or "-", caller.transport or "-", exc.code
             )
             raise
+
+    def scoped(self, principal: m.Principal, reply: m.Reply) -> m.Reply:
+        """A reply as the principal may see it: lists filtered (:func:`filter_reply`), and the
+        status's counts (live sessions, runs, followers) of its own sessions only."""
+        if principal.is_admin:
+            return reply
+        if isinstance(reply, m.StatusReport):
+            own = [s for s in self.kernel.sessions.values() if s.owner == principal.name]
+            clients: dict[str, int] = {}
+            for session in own:
+                for client in session.hub.clients():
+                    clients[client] = clients.get(client, 0) + 1
+            return msgspec.structs.replace(
+                reply, sessions=len(own), active_runs=sum(1 for s in own if s.active is not None), clients=clients
+            )
+        return filter_reply(principal, reply)
 
     async def check_follow(self, caller: m.Caller, session_id: str) -> None:
         """A subscription reads a session: ``read`` and ownership, as ``GetSession``."""

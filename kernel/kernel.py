@@ -14,14 +14,14 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
 from . import model as m
-from .access import Access, acting_as, acting_caller, acting_principal, filter_reply
+from .access import Access, acting_as, acting_caller, acting_principal
 from .attachments import admit_message, admit_parts
 from .cluster import Cluster, RemoteSubscription
 from .commands import CommandContext, SlashCommand
@@ -40,6 +40,9 @@ from .state import Answer
 from .store import SessionRecord, SQLiteStore, Store
 from .tools import Tool, ToolContext, ToolExecution, ToolProgressSink, ToolQuestion, invoke
 
+if TYPE_CHECKING:
+    from .follow import RunFollower
+
 log = logging.getLogger("gateway.kernel")
 
 ProviderFactory = Callable[[Settings], Provider]
@@ -47,6 +50,10 @@ ProviderFactory = Callable[[Settings], Provider]
 
 #: How often a drain looks for sessions whose runs ended (to give their leases up).
 DRAIN_POLL_S = 0.05
+#: How long requests that follow a run get to write their end when the gateway stops (a
+#: remote follower notices within the cluster's owner check, a second).
+FOLLOWERS_GRACE_S = 2.0
+FOLLOW_STOPPED = "This gateway instance stopped before the run's end reached it: retry, the conversation goes on elsewhere"
 #: The longest a readiness check waits for the store or the cluster.
 READY_CHECK_S = 2.0
 #: Commands that start a run: refused while draining.
@@ -101,6 +108,8 @@ class Kernel:
         # Set when the drain is over and the gateway stops: commands still waiting on another
         # instance give up with a clear ``draining`` error instead of being cut mid-request.
         self.stopping = anyio.Event()
+        # The runs requests follow here (kernel.RunFollower), their sessions' owners here or not.
+        self.run_followers: set[RunFollower] = set()
         # Telemetry (metrics, traces): told the facts of every run (kernel/observe.py).
         self.observers = Observers(o for o in (factory(self) for factory in observers) if o is not None)
         # Cluster routing (kernel/routing.py): forwarding, takeover, remote subscriptions.
@@ -169,15 +178,28 @@ class Kernel:
                 if self.cluster is not None:
                     for session in [s for s in self.sessions.values() if not s.busy and not s.ephemeral]:
                         await self.unload_session(session.id)
-                if not any(s.busy for s in self.sessions.values()):
+                # Runs other instances own count too, while a request here follows one.
+                if not any(s.busy for s in self.sessions.values()) and not self.run_followers:
                     break
                 await anyio.sleep(DRAIN_POLL_S)
         left = self.interrupt_all("drain")
         if left:
             log.warning("drain: %d run(s) still in flight after %gs: interrupted", left, timeout_s)
             await self.wait_idle(self.shutdown_grace_s)
+        await self.end_followed_runs(m.ErrorInfo(code="draining", message=FOLLOW_STOPPED))
         self.stopping.set()
         return left
+
+    async def end_followed_runs(self, error: m.ErrorInfo) -> None:
+        """The gateway stops: every request still following a run (one another instance owns,
+        or one whose end has not reached it) ends with ``error``, and gets a moment to write
+        it before the transports close their connections."""
+        for follower in list(self.run_followers):
+            follower.stop(error)
+        for _ in range(round(FOLLOWERS_GRACE_S / DRAIN_POLL_S)):
+            if not self.run_followers:
+                break
+            await anyio.sleep(DRAIN_POLL_S)
 
     async def readiness(self) -> dict[str, str]:
         """What keeps this instance from taking traffic, by check (empty: ready): draining,
@@ -524,7 +546,7 @@ class Kernel:
             if run_handler is not None:
                 return await run_handler(self, command, caller)
             assert handler is not None
-            return filter_reply(caller.principal, await handler(self, command))
+            return self.access.scoped(caller.principal, await handler(self, command))
 
     async def _start_run(self, session: Session, cmd: m.Prompt | m.Regenerate | m.Continue, caller: m.Caller, **job: Any) -> m.Reply:
         problem = cmd.options.problem()

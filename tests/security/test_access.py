@@ -112,6 +112,10 @@ async def test_neither_key_sees_or_touches_the_others_sessions() -> None:
         everything = await kernel.execute(m.ListSessions())
         assert isinstance(everything, m.SessionList)
         assert {(s.session_id, s.owner) for s in everything.sessions} == {("alice-1", "alice"), ("bob-1", "bob")}
+        # The status counts one's own live sessions only.
+        status = await kernel.execute(m.GetStatus(), bob)
+        assert isinstance(status, m.StatusReport) and status.sessions == 1 and status.active_runs == 0
+        assert (await kernel.execute(m.GetStatus())).sessions == 2
         # Alice's session is whole: Bob's delete did nothing.
         history = await kernel.execute(m.GetHistory(session_id="alice-1"), alice)
         assert isinstance(history, m.HistoryView) and [x.role for x in history.messages] == ["user", "assistant"]
