@@ -34,6 +34,8 @@ log = logging.getLogger("gateway.kernel")
 
 RunOutcome = Literal["completed", "interrupted", "failed", "limit"]
 ApprovalOutcome = Literal["approved", "rejected", "timed_out"]
+#: ``kernel.state.QuestionKind``, spelled again: importing the state machine loads anyio, and a
+#: pure codec reads this module's records (``RunRecord``) without a server.
 QuestionKind = Literal["tool_approval", "turn_limit"]
 
 #: A W3C trace context header: version-traceid-parentid-flags (lower-case hex).
