@@ -616,7 +616,8 @@ def agent_card(agent: m.AgentInfo, *, url: str, version: str, tools: list[m.Tool
     schemes: dict[str, Any] | None = None
     requirements: list[w.SecurityRequirement] = []
     if token_required:
-        schemes = {"bearer": w.SecurityScheme(http_auth_security_scheme=w.HttpAuthSecurityScheme(scheme="Bearer", description="The gateway's token"))}
+        bearer = w.HttpAuthSecurityScheme(scheme="Bearer", description="The gateway's token or an API key")
+        schemes = {"bearer": w.SecurityScheme(http_auth_security_scheme=bearer, type="http", scheme="bearer")}
         requirements = [w.SecurityRequirement(schemes={"bearer": {"list": []}})]
     return w.AgentCard(
         name=agent.name,
@@ -634,6 +635,7 @@ def agent_card(agent: m.AgentInfo, *, url: str, version: str, tools: list[m.Tool
         provider=w.AgentProvider(organization="gateway", url=url),
         security_schemes=schemes,
         security_requirements=requirements,
+        security=[{"bearer": []}] if token_required else [],
         url=url,
         protocol_version="0.3.0",
         preferred_transport="JSONRPC",

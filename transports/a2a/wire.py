@@ -247,19 +247,16 @@ class HttpAuthSecurityScheme(_Proto):
 
 
 class SecurityScheme(_Proto):
+    """1.0's oneof, with 0.3's flat fields beside it (``type``, ``scheme``): each version's
+    parser reads its own and ignores the other's, so one card serves both."""
+
     http_auth_security_scheme: HttpAuthSecurityScheme
+    type: str | None = None
+    scheme: str | None = None
 
 
 class SecurityRequirement(_Proto):
     schemes: dict[str, dict[str, list[str]]] = {}
-
-
-class HttpAuth03(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
-    """0.3's security scheme (an OpenAPI one)."""
-
-    type: str = "http"
-    scheme: str = "bearer"
-    description: str | None = None
 
 
 class AgentCard(_Proto):

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from a2a.compat.v0_3.types import AgentCard as V03Card
 from a2a.types import (
     CancelTaskRequest,
     GetExtendedAgentCardRequest,
@@ -105,7 +106,9 @@ async def test_a_token_is_announced_in_the_card_and_required_by_every_method() -
         refused = await http.post("/message:send", json={"message": {"messageId": "1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}})
         async with sdk_client(url, binding="HTTP+JSON", headers={"authorization": "Bearer s3cret"}) as client:
             events = await collect(client.send_message(text("hi")))
-    assert card["securitySchemes"] == {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer", "description": "The gateway's token"}}}
+    bearer = {"httpAuthSecurityScheme": {"scheme": "Bearer", "description": "The gateway's token or an API key"}, "type": "http", "scheme": "bearer"}
+    assert card["securitySchemes"] == {"bearer": bearer} and card["security"] == [{"bearer": []}]  # 1.0's and 0.3's
+    assert V03Card.model_validate(card).security_schemes["bearer"].root.scheme == "bearer"  # a 0.3 client reads it too
     assert card["capabilities"]["extendedAgentCard"] is True and probes == [200, 200]
     assert refused.status_code == 401 and refused.json()["error"]["status"] == "UNAUTHENTICATED"
     assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
