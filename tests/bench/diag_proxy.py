@@ -1,6 +1,6 @@
 """Diagnostic: where the first token of a proxied stream spends its time in the gateway.
 
-    python -m tests.bench.diag_proxy [--backend asyncio|trio] [--requests 120]
+    python -m tests.bench.diag_proxy [--backend asyncio|asyncio+uvloop|trio] [--requests 120]
 
 Runs the fake upstream (one burst of 200 chunks) and the real ``gateway`` CLI as an
 OpenAI proxy in front of it, the gateway with probes on its first-token path, and sends
@@ -9,8 +9,8 @@ to the upstream, alternating). Prints the client's median time to first token bo
 then the median time of each step after the OpenAI route is entered:
 
   provider called        the ephemeral session opened, the run started, the request built
-  upstream headers       ``client.post`` returned (the SDK and httpx2 sent the request,
-                         the upstream answered with its headers)
+  upstream headers       ``ChatHop.post`` returned (the request went out on the SDK
+                         client's httpcore2 pool, the upstream answered with its headers)
   first text chunk       the provider decoded the first content event
   first delta published  the kernel published it (the writer is woken)
   read_run returned      the route has the first batch
@@ -52,10 +52,9 @@ STEPS = [
 
 def probe_gateway(argv: list[str]) -> int:
     """The gateway CLI with probes; prints one ``TIMELINE`` line of medians at exit."""
-    import openai
-
     import kernel.hub as hub
     import plugins.providers.openai as provider_module
+    import plugins.providers.upstream_http as upstream_http
     import transports.http.openai.routes as routes
     import transports.shared._sse as sse
     from gateway.cli import main
@@ -99,7 +98,7 @@ def probe_gateway(argv: list[str]) -> int:
             yield chunk
 
     provider_module.OpenAIProvider.stream = probed_stream  # type: ignore[method-assign]
-    wrap_async(openai.AsyncOpenAI, "post", after="headers")
+    wrap_async(upstream_http.ChatHop, "post", after="headers")
     publish = hub.EventHub.publish
 
     def probed_publish(self: Any, event: Any) -> Any:
