@@ -21,6 +21,7 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from kernel import LOG_RING, Cluster, Kernel, Settings, SQLiteStore, Store, Tool
+from kernel import model as m
 from kernel.model import ToolSource
 from plugins.manager import BUILTIN_PLUGINS, Registry, load_plugins
 from plugins.telemetry.logs import JsonFormatter
@@ -245,6 +246,7 @@ async def _stop_now(kernel: Kernel) -> None:
     kernel.start_draining()
     if kernel.interrupt_all("shutdown"):
         await kernel.wait_idle(5.0)
+    await kernel.end_followed_runs(m.ErrorInfo(code="draining", message="This gateway instance shut down before the run's end reached it: retry"))
 
 
 def setup_logging(level: str, log_format: str = "text") -> None:

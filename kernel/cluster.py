@@ -144,6 +144,9 @@ class RemoteSubscription:
         self._read_seq = after_seq
         self._closed = False
         self.client = client
+        # Runs whose start was read and whose end was not yet: if the session no longer runs
+        # one of them, its end was lost (the owner died while Redis was away).
+        self._open_runs: set[str] = set()
 
     @property
     def last_seq(self) -> int:
@@ -215,8 +218,16 @@ class RemoteSubscription:
             )
             self._closed = True
             return
+        self._extend(events)
+
+    def _extend(self, events: list[Event]) -> None:
         self._buffer.extend(events)
         self._read_seq = events[-1].seq
+        for event in events:
+            if isinstance(event, RunStarted):
+                self._open_runs.add(event.run_id)
+            elif isinstance(event, m.RunFinished | m.RunFailed):
+                self._open_runs.discard(event.run_id)
 
     async def _check_position(self) -> None:
         """Nothing new in the stream for a while: ask the session where it is. Asking goes
@@ -230,7 +241,9 @@ class RemoteSubscription:
             else:
                 log.warning("following session %s: %s", self._session_id, exc.message)
             return
-        if reply.session.last_seq <= self._read_seq:
+        running = reply.session.run_id
+        lost_end = bool(self._open_runs - {running} if running is not None else self._open_runs)
+        if reply.session.last_seq <= self._read_seq and not lost_end:
             return
         try:
             events = await self._cluster.read(self._session_id, self._read_seq, 0.1)  # its last events may just have come
@@ -239,15 +252,18 @@ class RemoteSubscription:
         if events is None:
             self._closed = True
         elif events and events[0].seq == self._read_seq + 1:
-            self._buffer.extend(events)
-            self._read_seq = events[-1].seq
+            self._extend(events)
         else:
             self._buffer.append(
                 SubscriberLagged(
                     session_id=self._session_id,
                     seq=reply.session.last_seq,
                     last_seq=self._read_seq,
-                    error=ErrorInfo(code="rate_limited", message=f"the events after seq {self._read_seq} were lost by the cluster"),
+                    error=ErrorInfo(
+                        code="rate_limited",
+                        message=f"the events after seq {self._read_seq} were lost by the cluster"
+                        + (" (a run's end among them)" if lost_end else ""),
+                    ),
                 )
             )
             self._closed = True

@@ -38,6 +38,7 @@ from .model import (
     ApprovalPolicy,
     Caller,
     Continue,
+    ErrorInfo,
     Event,
     GetSession,
     Interrupt,
@@ -185,6 +186,15 @@ class RunFollower:
         self.decline_on_close = decline_on_close
         self._follower = follower
         self._watch = watch
+        # Why the kernel stopped following (it is stopping): the end the client is given.
+        self._stopped: ErrorInfo | None = None
+        kernel.run_followers.add(self)
+
+    def stop(self, error: ErrorInfo) -> None:
+        """The gateway stops before this run's end reached it (a run another instance owns,
+        followed here): its stream ends with ``error`` — a failure, never a silent end."""
+        self._stopped = error
+        self._follower.close()
 
     @classmethod
     async def start(
@@ -254,6 +264,8 @@ class RunFollower:
         while self._watch.end is None:
             batch = await self._follower.next_batch(deadline)
             if not batch:
+                if self._follower.closed and self._stopped is not None:
+                    return [self._watch.give_up(self.session_id, self._stopped.code, self._stopped.message)]
                 if self._follower.closed:
                     return [self._watch.give_up(self.session_id, "internal", "the session was closed before the run ended")]
                 return []
@@ -318,6 +330,7 @@ class RunFollower:
                 except KernelError:
                     pass  # answered or timed out meanwhile
             self._follower.close()
+            self.kernel.run_followers.discard(self)
 
     async def __aenter__(self) -> Self:
         return self

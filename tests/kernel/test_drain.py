@@ -24,8 +24,10 @@ async def test_a_drain_refuses_new_runs_and_interrupts_what_outlives_it_with_cau
         await next_of(sub, m.TextDelta)
         async with anyio.create_task_group() as tg:
             tg.start_soon(kernel.drain, 0.3)
-            await anyio.lowlevel.checkpoint()
-            assert kernel.draining and "draining" in await kernel.readiness()
+            with anyio.fail_after(5):
+                while not kernel.draining:  # the drain task has begun
+                    await anyio.sleep(0)
+            assert "draining" in await kernel.readiness()
             with pytest.raises(m.KernelError) as refused:
                 await kernel.execute(m.Prompt(session_id="other", text="new"))
             assert refused.value.code == "draining"
