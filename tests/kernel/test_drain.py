@@ -5,6 +5,7 @@ interrupt carries why it happened, which is how each dialect knows the answer is
 from __future__ import annotations
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from kernel import model as m
@@ -26,7 +27,7 @@ async def test_a_drain_refuses_new_runs_and_interrupts_what_outlives_it_with_cau
             tg.start_soon(kernel.drain, 0.3)
             with anyio.fail_after(5):
                 while not kernel.draining:  # the drain task has begun
-                    await anyio.sleep(0)
+                    await anyio.lowlevel.checkpoint()
             assert "draining" in await kernel.readiness()
             with pytest.raises(m.KernelError) as refused:
                 await kernel.execute(m.Prompt(session_id="other", text="new"))
