@@ -429,8 +429,9 @@ def task_out(view: TaskView, *, history_length: int | None = None, artifacts: bo
 
 class StreamEncoder:
     """A run's kernel events as A2A stream events: the answer as chunks of one artifact
-    (``append`` after the first, ``lastChunk`` on the last), then the status the run ends in
-    — terminal, or INPUT_REQUIRED for a question — after which the stream is ``done``."""
+    (``append`` after the first, ``lastChunk`` on the last), tool calls and tool progress as
+    working statuses, then the status the run ends in — terminal, or INPUT_REQUIRED for a
+    question — after which the stream is ``done``."""
 
     def __init__(self, task_id: str, context_id: str, *, sent_text: bool = False) -> None:
         self.task_id = task_id
@@ -448,12 +449,26 @@ class StreamEncoder:
         self.done = view.state != "working"
         return w.StreamResponse(status_update=w.TaskStatusUpdateEvent(task_id=self.task_id, context_id=self.context_id, status=status_of(view)))
 
+    def _working(self, text: str, data: dict[str, Any]) -> w.StreamResponse:
+        """A ``TASK_STATE_WORKING`` status whose message says what the agent does now."""
+        message = w.Message(
+            message_id=_message_id(), context_id=self.context_id, task_id=self.task_id, role="ROLE_AGENT", parts=[w.Part(text=text), w.Part(data=data)],
+        )
+        status = w.TaskStatus(state="TASK_STATE_WORKING", message=message, timestamp=timestamp(time.time()))
+        return w.StreamResponse(status_update=w.TaskStatusUpdateEvent(task_id=self.task_id, context_id=self.context_id, status=status))
+
     def feed(self, event: m.Event, view: TaskView) -> list[w.StreamResponse]:
-        """``view``: the task as it stands after the event."""
+        """``view``: the task as it stands after the event. Besides the answer and the end, a
+        tool call and a running tool's progress are working statuses (text and data)."""
         if self.done:
             return []
         if isinstance(event, m.TextDelta):
             return [self._chunk(event.text, last=False)] if event.text else []
+        if isinstance(event, m.ToolCallStarted) and not event.refused:
+            data = {"event": "tool_call", "tool": event.name, "arguments": event.arguments, "callId": event.call_id}
+            return [self._working(f"The agent calls the tool {event.name}", data)]
+        if isinstance(event, m.ToolProgress):
+            return [self._working(event.text, {"event": "tool_progress", "tool": event.name, "callId": event.call_id})]
         if isinstance(event, m.ToolApprovalRequested | m.TurnLimitReached):
             return [self.status(view)]
         if isinstance(event, m.RunFinished | m.RunFailed):

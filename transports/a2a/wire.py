@@ -348,11 +348,11 @@ class Task03(_V03, tag="task", tag_field="kind"):
     metadata: dict[str, Any] | None = None
 
 
-class StatusUpdate03(_V03, tag="status-update", tag_field="kind"):
+class StatusUpdate03(_V03, tag="status-update", tag_field="kind", kw_only=True):
     task_id: str
     context_id: str
     status: TaskStatus03
-    final: bool = False
+    final: bool  # required by 0.3: always on the wire
     metadata: dict[str, Any] | None = None
 
 

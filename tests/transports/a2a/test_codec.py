@@ -149,3 +149,16 @@ def test_the_json_rpc_decoder_answers_anything_with_a_call_or_an_a2a_error(metho
             failure, _ = decoded
             assert failure.code in (-32700, -32600, -32601, -32602, -32009)
             assert msgspec.json.encode(codec.rpc_error(failure, None))  # always encodable
+
+
+def test_tool_calls_and_tool_progress_are_working_statuses() -> None:
+    encoder = codec.StreamEncoder("s~1", "s")
+    call = m.ToolCallStarted(session_id="s", run_id="r", call_id="c1", name="peer__ask", arguments='{"message":"hi"}')
+    refused = m.ToolCallStarted(session_id="s", run_id="r", call_id="c2", name="nope", arguments="{}", refused=True)
+    progress = m.ToolProgress(session_id="s", run_id="r", call_id="c1", name="peer__ask", text="partial answer")
+    out = [e for event in (call, refused, progress) for e in encoder.feed(event, _view())]
+    parsed = [parse_lenient(json.loads(msgspec.json.encode(e)), StreamResponse()) for e in out]
+    assert [p.status_update.status.state for p in parsed] == [2, 2] and not encoder.done  # WORKING twice: the refused call is not shown
+    assert parsed[0].status_update.status.message.parts[1].data.struct_value["tool"] == "peer__ask"
+    assert parsed[1].status_update.status.message.parts[0].text == "partial answer"
+    assert msgspec.to_builtins(codec.to_v03(out[1]))["final"] is False

@@ -14,6 +14,9 @@ import anyio
 import httpx
 import pytest
 from a2a.compat.v0_3.types import AgentCard as V03Card
+from a2a.compat.v0_3.types import Task as V03Task
+from a2a.compat.v0_3.types import TaskArtifactUpdateEvent as V03ArtifactUpdate
+from a2a.compat.v0_3.types import TaskStatusUpdateEvent as V03StatusUpdate
 from a2a.types import (
     CancelTaskRequest,
     GetExtendedAgentCardRequest,
@@ -222,6 +225,9 @@ async def test_an_approval_is_input_required_answered_by_a_data_part(binding: st
         answered = await collect(client.send_message(answer))
         got = await client.get_task(GetTaskRequest(id=task.id))
     assert status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    working = [e.status_update.status for e in asked[1:-1] if e.HasField("status_update")]
+    assert [MessageToDict(w.message.parts[1].data)["tool"] for w in working] == ["danger"]  # the call, as a working status
+    assert all(w.state == TaskState.TASK_STATE_WORKING for w in working)
     question = MessageToDict(status.message.parts[1].data)
     assert question["tool"] == "danger" and question["question"] == "tool_approval"
     assert answered[0].task.id == task.id and answered[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
@@ -357,6 +363,9 @@ async def test_a_request_without_the_version_header_speaks_0_3() -> None:
     events = _sse_events(streamed.text)
     assert streamed.text.endswith("\n\n") and all(e["id"] == "c" for e in events)
     results = [e["result"] for e in events]
+    models = {"task": V03Task, "status-update": V03StatusUpdate, "artifact-update": V03ArtifactUpdate}
+    for result in [task, got["result"], *results]:  # every 0.3 result is valid for the SDK's own 0.3 models
+        models[result["kind"]].model_validate(result)
     assert results[0]["kind"] == "task" and results[-1]["kind"] == "status-update" and results[-1]["final"] is True
     assert results[-1]["status"]["state"] == "completed"
     assert "".join(p["text"] for r in results if r["kind"] == "artifact-update" for p in r["artifact"]["parts"]) == "Hello there"
@@ -444,6 +453,7 @@ async def test_0_3_push_config_methods_and_resubscribe_speak_0_3() -> None:
         deleted = await rpc(http, "tasks/pushNotificationConfig/delete", {"id": task_id, "pushNotificationConfigId": config_id})
         after = await rpc(http, "tasks/pushNotificationConfig/list", {"id": task_id})
         resubscribed = await http.post("/", json={"jsonrpc": "2.0", "id": "r", "method": "tasks/resubscribe", "params": {"id": task_id}})
+    V03Task.model_validate(asked)
     assert asked["kind"] == "task" and asked["status"]["state"] == "input-required"
     assert asked["status"]["message"]["parts"][1]["kind"] == "data" and asked["status"]["message"]["parts"][1]["data"]["tool"] == "danger"
     assert created["result"]["taskId"] == task_id and created["result"]["pushNotificationConfig"]["authentication"] == {"schemes": ["Bearer"], "credentials": "c"}
