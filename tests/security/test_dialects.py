@@ -114,6 +114,8 @@ async def test_native_http_and_the_console_api(tmp_path: Path) -> None:
                 missing = await bob.request(method, path.format("no-such"), json=body)
                 assert other.status_code == 404, (method, path, other.text)
                 same_shape(other, missing, "alice-s", "no-such")
+            assert (await bob.get("/v1/me")).json() == {"name": "bob", "scopes": ["read", "prompt", "approve"], "agents": []}
+            assert (await admin.get("/v1/me")).json() == {"name": "admin", "scopes": ["admin"], "agents": []}
             listed = (await bob.get("/v1/sessions")).json()
             assert listed["sessions"] == []
             everyone = (await admin.get("/v1/sessions")).json()["sessions"]

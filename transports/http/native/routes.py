@@ -81,6 +81,7 @@ class NativeApi:
         router.get("/health", auth=False)(self.health)
         router.get("/v1/status")(self.status)
         router.get("/v1/keys")(self.keys)
+        router.get("/v1/me")(self.me)
         router.get("/v1/agents")(self.agents)
         router.get("/v1/tools")(self.tools)
         router.post("/v1/tools/{name}")(self.execute_tool)
@@ -130,6 +131,12 @@ class NativeApi:
 
     async def health(self, request: Request) -> Response:
         return json_response(200, {"status": "ok", "version": self.kernel.version})
+
+    async def me(self, request: Request) -> Response:
+        """Who the request's credentials are: the key's name, scopes and agents (the admin
+        token: ``admin``) — what a page shows as signed in and offers (never a secret)."""
+        principal = request.caller.principal
+        return json_response(200, {"name": principal.name, "scopes": list(principal.scopes), "agents": list(principal.agents)})
 
     async def keys(self, request: Request) -> Response:
         """The API keys with their limits and usage (the admin's to read; never a secret)."""

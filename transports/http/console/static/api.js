@@ -44,6 +44,7 @@ export const api = {
   agents: () => call("GET", "/v1/agents"),
   commands: () => call("GET", "/v1/commands"),
   settings: () => call("GET", "/v1/settings"),
+  me: () => call("GET", "/v1/me"),
   session: (id) => call("GET", session(id)),
   history: (id, limit) => call("GET", `${session(id)}/history${limit ? `?limit=${limit}` : ""}`),
   create: (agent) => call("POST", "/v1/sessions", { agent }),

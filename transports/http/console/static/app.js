@@ -95,9 +95,11 @@ function route() {
 }
 
 async function boot() {
-  const [view, commands] = await Promise.all([api.settings(), api.commands()]);
+  // The settings are the admin's to read: signed in with another key, the defaults serve.
+  const [me, commands] = await Promise.all([api.me(), api.commands()]);
+  const view = me.scopes.includes("admin") ? await api.settings() : null;
   settings = {
-    retention: view.settings.session?.event_retention ?? 4096,
+    retention: view?.settings.session?.event_retention ?? 4096,
     commands: new Set(commands.commands.map((command) => command.name)),
   };
   await overview.start();
