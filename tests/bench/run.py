@@ -34,6 +34,7 @@ BENCHMARKS = {
     "scale": "tests.bench.bench_scale",
     "long-answers": "tests.bench.bench_long_answers",
     "cluster": "tests.bench.bench_cluster",
+    "soak": "tests.bench.bench_soak",
     "openai-proxy": "tests.bench.bench_openai_proxy",
     "anthropic-proxy": "tests.bench.bench_anthropic_proxy",
     "a2a": "tests.bench.bench_a2a",
