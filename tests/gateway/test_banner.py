@@ -26,7 +26,7 @@ async def test_every_address_in_the_banner_works_as_printed(tmp_path: Path, anyi
     args = ["serve", *(a for name in TRANSPORTS for a in ("-t", name)), "--port", "0", "--token", TOKEN, "--backend", anyio_backend]
     async with gateway_process(args, env, cwd=tmp_path) as gateway:
         banner = await read_banner(gateway)
-        assert set(banner) == {*TRANSPORTS, "console", "model", "warning", "store"}
+        assert set(banner) == {*TRANSPORTS, "console", "model", "warning", "store", "loop"}
         assert banner["model"] == ["echo (offline)"] and "no LLM is called" in banner["warning"][0]
         assert banner["store"] == [str(tmp_path / "banner.db")]
         token_query = "?token=banner%20token%2F1"
