@@ -5,9 +5,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from kernel import SQLiteStore
-from kernel.testing import running_kernel
+from kernel import Kernel, Settings, SQLiteStore
+from kernel.testing import ScriptedProvider, running_kernel
+from plugins.cluster.redis import RedisCluster
 from tests.reliability._support import serving
+from tests.services import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -48,3 +50,16 @@ async def test_every_port_answers_livez_and_readyz_without_a_token_and_readyz_na
                 assert ready.status_code == 503 and list(ready.json()["not_ready"]) == ["draining"], name
             # Other routes still want the token.
             assert (await client.get(f"{live.urls['http']}/v1/sessions")).status_code == 401
+
+
+async def test_readyz_names_the_cluster_when_its_redis_does_not_answer(tmp_path: object, anyio_backend: str) -> None:
+    settings = Settings()
+    settings.provider.default = "scripted"
+    provider = ScriptedProvider()
+    cluster = RedisCluster(f"redis://127.0.0.1:{free_port()}/0", lease_s=1.0)  # nothing listens there
+    kernel = Kernel(settings, providers={"scripted": lambda _s: provider}, store=SQLiteStore(f"{tmp_path}/c.db"), cluster=cluster)
+    async with kernel, serving(kernel, ["http"]) as live, httpx.AsyncClient(timeout=10) as client:
+        ready = await client.get(f"{live.urls['http']}/readyz")
+        assert ready.status_code == 503 and list(ready.json()["not_ready"]) == ["cluster"], ready.text
+        assert "Redis is unreachable" in ready.json()["not_ready"]["cluster"]
+        assert (await client.get(f"{live.urls['http']}/livez")).status_code == 200
