@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
-from kernel import JsonDecoder
+from kernel import JsonDecoder, message_from_parts
 from kernel import model as m
 from kernel.errors import error_spec, http_headers, http_status
 
@@ -344,10 +344,7 @@ def _user_turn(blocks: list[dict[str, Any]], where: str, names: dict[str, str]) 
         if part is not None:
             parts.append(part)
     if parts:
-        if all(isinstance(p, m.TextPart) for p in parts):
-            out.append(m.Message(role="user", content="\n".join(p.text for p in parts if isinstance(p, m.TextPart))))
-        else:
-            out.append(m.Message(role="user", parts=tuple(parts)))
+        out.append(message_from_parts(tuple(parts)))
     elif not out:
         return bad_request(f"{where}: a user turn must not be empty")
     return out
