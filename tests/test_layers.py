@@ -46,6 +46,11 @@ KERNEL_SURFACE = frozenset(
         "all_tools",  # every tool a session can be offered (tool sources' included), read-only
         "interrupt_all",  # the composition root's shutdown
         "wait_idle",
+        "drain",  # SIGTERM: the composition root's drain (docs/operations.md)
+        "start_draining",
+        "end_followed_runs",
+        "stopping",  # set once the drain is over and the gateway stops
+        "readiness",  # what /readyz reports
         "authenticate",  # an API key -> its principal (the transports' shared resolver)
         "keys_required",  # whether credentials are needed even without an admin token
         "list_keys",  # the keys and their usage (admin only): GET /v1/keys
