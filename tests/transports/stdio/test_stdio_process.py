@@ -95,14 +95,16 @@ async def test_sigterm_interrupts_and_exits_zero(tmp_path: Path, anyio_backend: 
     import signal
 
     env = gateway_env(tmp_path / "g.db", GATEWAY_ECHO_DELAY_S="0.05")
-    async with gateway_process(["serve", "--transport", "stdio", "--backend", anyio_backend], env, cwd=tmp_path) as client:
+    config = tmp_path / "gateway.toml"
+    config.write_text("drain_s = 0.5\n")  # SIGTERM drains: the 10 s run outlives the drain
+    async with gateway_process(["serve", "--transport", "stdio", "--backend", anyio_backend, "--config", str(config)], env, cwd=tmp_path) as client:
         await client.receive(timeout_s=30)
         await client.send({"type": "prompt", "text": " ".join(["slow"] * 200), "request_id": "s"})
         await client.until(lambda m: m.get("type") == "text_delta")
         client.process.send_signal(signal.SIGTERM)
         rest = await client.rest(timeout_s=15)
         ends = [m for m in rest if is_end(m)]
-        assert len(ends) == 1 and ends[0]["interrupted"] is True
+        assert len(ends) == 1 and ends[0]["interrupted"] is True and ends[0]["interrupt_cause"] == "drain"
         with anyio.fail_after(10):
             assert await client.process.wait() == 0
 
