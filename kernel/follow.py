@@ -139,12 +139,15 @@ class Follower:
 
     async def _gather(self) -> None:
         """Let a run that adds events every scheduling round add more (:data:`GATHER_ROUNDS`).
-        Shielded: an event already taken is not lost to a cancellation here."""
-        for _ in range(GATHER_ROUNDS):
-            seen = self._sub.newest_seq
-            await anyio.lowlevel.cancel_shielded_checkpoint()
-            if self._sub.newest_seq == seen:
-                return
+        Shielded: an event already taken is not lost to a cancellation here. One shield for
+        all the rounds, plain checkpoints inside: on asyncio a shielded checkpoint builds a
+        cancel scope each time, 6 µs of a per-delta round's 26 (issue 27's profile)."""
+        with anyio.CancelScope(shield=True):
+            for _ in range(GATHER_ROUNDS):
+                seen = self._sub.newest_seq
+                await anyio.lowlevel.checkpoint()
+                if self._sub.newest_seq == seen:
+                    return
 
     async def _resume(self, lagged: SubscriberLagged) -> list[Event]:
         """The retained events after the last one delivered, or ``[lagged]`` when they are gone."""
