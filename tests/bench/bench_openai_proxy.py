@@ -13,14 +13,14 @@ prompt: a plain proxy), rounds alternating so that drift hits both alike, and, w
 Figures (medians of the rounds; "added" = through the proxy minus direct):
 
 * **time to first token** of a burst stream: ``create(stream=True)`` to the first chunk
-  with content. Target ≤ +1 ms.
+  with content. Target ≤ +2.5 ms (issue 27).
 * **200-chunk stream to the end**, burst. Target ≤ +5 ms.
-* **non-stream answer** (``stream=False``), the same 200 words in one JSON. Target ≤ +3 ms.
+* **non-stream answer** (``stream=False``), the same 200 words in one JSON. Target ≤ +2.5 ms.
 * **paced stream**: first token and end (the same targets).
-* **16 concurrent burst streams**: requests per second against direct. Target ≥ 0.9×.
+* **16 concurrent burst streams**: requests per second against direct. Target ≥ 2×.
 * **CPU per 200-chunk request**: the proxy process's own CPU time (/proc schedstat, all
   threads) over the burst-stream rounds, divided by its requests; baseline: the fake
-  upstream's CPU per request it served. Target ≤ 8 ms.
+  upstream's CPU per request it served. Target ≤ 10 ms.
 * **RSS after the run**: the proxy process (its tree for LiteLLM); baseline: the fake
   upstream's. Target ≤ 80 MiB.
 * **time to first token, the gateway's own echo model** (no upstream hop): the gateway's
@@ -49,6 +49,12 @@ API_KEY = "sk-bench-not-a-real-key"
 WORDS = 200
 PACED_WORDS_PER_S = 500.0
 CONCURRENCY = 16
+#: Issue 27's targets: added time to first token and non-stream time, CPU per 200-chunk
+#: stream, 16 concurrent streams against direct (issue 17 had 1 ms, 3 ms, 8 ms, 0.9x).
+TTFT_MS = 2.5
+NON_STREAM_MS = 2.5
+CPU_MS = 10.0
+CONCURRENT_X = 2.0
 PROMPT = " ".join(delta_text(i, 8).strip() for i in range(WORDS))
 #: The gateway as a plain proxy: one agent, no tools, no system prompt, no limits in the way.
 GATEWAY_CONFIG = """\
@@ -206,19 +212,19 @@ def rows(direct: Target, via: Target, backend: str, who: str) -> list[h.Result]:
     cpu, upstream_cpu = via.cpu_ms["stream"], via.cpu_ms["upstream stream"]
     rss_mib, upstream_rss_mib = via.rss_kib() / 1024, direct.rss_kib() / 1024
     return [
-        added_row(f"{who}: burst stream, time to first token", backend, direct.ttft_ms, via.ttft_ms, 1.0, chunks),
+        added_row(f"{who}: burst stream, time to first token", backend, direct.ttft_ms, via.ttft_ms, TTFT_MS, chunks),
         added_row(f"{who}: burst stream, {WORDS} chunks to the end", backend, direct.total_ms, via.total_ms, 5.0, chunks),
-        added_row(f"{who}: non-stream answer", backend, direct.complete_ms, via.complete_ms, 3.0, {}),
-        added_row(f"{who}: paced stream ({PACED_WORDS_PER_S:g}/s), time to first token", backend, direct.paced_ttft_ms, via.paced_ttft_ms, 1.0, paced_chunks),
+        added_row(f"{who}: non-stream answer", backend, direct.complete_ms, via.complete_ms, NON_STREAM_MS, {}),
+        added_row(f"{who}: paced stream ({PACED_WORDS_PER_S:g}/s), time to first token", backend, direct.paced_ttft_ms, via.paced_ttft_ms, TTFT_MS, paced_chunks),
         added_row(f"{who}: paced stream, {WORDS} chunks to the end", backend, direct.paced_total_ms, via.paced_total_ms, 5.0, paced_chunks),
         h.Result(
             bench="openai-proxy", variant=f"{who}: {CONCURRENCY} concurrent burst streams", backend=backend, metric="req/s",
-            baseline=d_rps, gateway=g_rps, ratio=g_rps / d_rps, target=">= 0.9x", met=g_rps / d_rps >= 0.9,
+            baseline=d_rps, gateway=g_rps, ratio=g_rps / d_rps, target=f">= {CONCURRENT_X:g}x", met=g_rps / d_rps >= CONCURRENT_X,
             details={"req_per_s": {"direct": direct.concurrent_rps, who: via.concurrent_rps}},
         ),
         h.Result(
             bench="openai-proxy", variant=f"{who}: CPU per {WORDS}-chunk stream (baseline: the upstream's)", backend=backend,
-            metric="ms CPU", baseline=upstream_cpu, gateway=cpu, ratio=cpu / upstream_cpu, target="<= 8 ms", met=cpu <= 8.0,
+            metric="ms CPU", baseline=upstream_cpu, gateway=cpu, ratio=cpu / upstream_cpu, target=f"<= {CPU_MS:g} ms", met=cpu <= CPU_MS,
             details={"cpu_ms_per_request": {k: round(v, 3) for k, v in via.cpu_ms.items()}},
         ),
         h.Result(
