@@ -35,6 +35,17 @@ def chunk(delta: Mapping[str, object] | None = None, finish: str | None = None, 
 # ---------------------------------------------------------------- server-sent events
 
 
+def test_whole_event_pieces_and_the_state_around_them() -> None:
+    # One event per piece (the usual upstream write) and the same bytes cut elsewhere agree;
+    # a piece that looks whole but continues a held line or a pending event is not taken alone.
+    assert events_of(b"data: {}\n\n", b"data: \n\n", b"data: [DONE]\n\n") == [b"{}", b"", b"[DONE]"]
+    assert events_of(b"data: x\n", b"data: y\n\n") == [b"x\ny"]
+    assert events_of(b"data: {\"a\"", b"data: 1}\n\n") == [b'{"a"data: 1}']
+    assert events_of(b"event: e\n\n", b"data:z\n\n") == [b"z"]
+    with pytest.raises(ValueError):
+        SSEData().feed(b"data: " + b"x" * (MAX_EVENT_BYTES + 1) + b"\n\n")
+
+
 def test_events_split_on_blank_lines_with_every_line_end() -> None:
     body = b'data: {"a": 1}\n\ndata: {"b": 2}\r\n\r\ndata: {"c": 3}\r\rdata: [DONE]\n\n'
     assert events_of(body) == [b'{"a": 1}', b'{"b": 2}', b'{"c": 3}', b"[DONE]"]
