@@ -67,20 +67,26 @@ def _counting(app: Any, served: list[Served]) -> Any:
     return wrapped
 
 
+def _config(cls: Any, values: dict[str, Any]) -> Any:
+    """``cls`` from those of ``values`` it has (the WebSocket-less http port has no pings)."""
+    fields = {f.name for f in msgspec.structs.fields(cls)}
+    return msgspec.convert({k: v for k, v in values.items() if k in fields}, cls)
+
+
 def _app(kernel: Kernel, dialect: str, **overrides: Any) -> tuple[Any, Any, Any]:
     """(asgi app, config, error shaper) of a dialect's port."""
     values = {**QUIET, **overrides}
     if dialect == "http":
-        http_config = msgspec.convert({**values, "sse_keepalive_s": 0.0}, HttpConfig)
+        http_config = _config(HttpConfig, {**values, "sse_keepalive_s": 0.0})
         http_app = HttpApp(kernel, http_config)
         return http_app, http_config, http_app.native.error_body
     if dialect == "openfang":
         from transports.http.console import hosted_console
 
-        openfang_config = msgspec.convert({**values, "sse_keepalive_s": 0.5, "agents_poll_s": 0.0}, OpenFangConfig)
+        openfang_config = _config(OpenFangConfig, {**values, "sse_keepalive_s": 0.5, "agents_poll_s": 0.0})
         router = build_app(kernel, openfang_config, hosted_console)
         return router, openfang_config, router.error_body
-    agui_config = msgspec.convert({**values, "sse_keepalive_s": 0.0}, AguiConfig)
+    agui_config = _config(AguiConfig, {**values, "sse_keepalive_s": 0.0})
     agui = AguiApp(kernel, agui_config)
     return agui.router, agui_config, agui.router.error_body
 
