@@ -243,22 +243,12 @@ def _cli_terminal(frame: dict[str, Any], request_id: str) -> bool:
 
 
 async def _http(base: str, session: str, text: str, attempt: Attempt) -> None:
-    async with httpx.AsyncClient(base_url=base, timeout=PROMPT_S) as client:
-        async with client.stream("POST", f"/v1/sessions/{session}/prompt", json={"text": text}) as response:
-            if response.status_code != 200:
-                body = json.loads(await response.aread())
-                attempt.ending, attempt.detail = "refused", f"{body['error']['code']}: {body['error']['message']}"
-                return
-            last: dict[str, Any] | None = None
-            async for line in response.aiter_lines():
-                if not line.startswith("data: "):
-                    continue
-                event = json.loads(line[6:])
-                if event["type"] == "run_started":
-                    attempt.acked = True
-                if event["type"] in ("run_finished", "run_failed", "subscriber_lagged"):  # lagged: told the rest is lost
-                    last = event
-                    break
+    last: dict[str, Any] | None = None
+    # Keep-alive comments keep a stream busy: bound the wait itself (a run that never ends is cut).
+    with anyio.move_on_after(PROMPT_S):
+        last = await _http_stream(base, session, text, attempt)
+    if attempt.ending == "refused":
+        return
     if last is None:
         attempt.ending = "cut"
     elif last["type"] == "run_finished" and not last.get("interrupted") and last["text"] == f"echo: {text}":
@@ -266,6 +256,24 @@ async def _http(base: str, session: str, text: str, attempt: Attempt) -> None:
     else:
         attempt.ending = "failed"
         attempt.detail = f"{last['error']['code']}: {last['error']['message']}" if "error" in last else f"interrupted {last.get('interrupt_cause')}"
+
+
+async def _http_stream(base: str, session: str, text: str, attempt: Attempt) -> dict[str, Any] | None:
+    async with httpx.AsyncClient(base_url=base, timeout=PROMPT_S) as client:
+        async with client.stream("POST", f"/v1/sessions/{session}/prompt", json={"text": text}) as response:
+            if response.status_code != 200:
+                body = json.loads(await response.aread())
+                attempt.ending, attempt.detail = "refused", f"{body['error']['code']}: {body['error']['message']}"
+                return None
+            async for line in response.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                event = json.loads(line[6:])
+                if event["type"] == "run_started":
+                    attempt.acked = True
+                if event["type"] in ("run_finished", "run_failed", "subscriber_lagged"):  # lagged: told the rest is lost
+                    return dict(event)
+    return None
 
 
 # ------------------------------------------------------------------ the soak

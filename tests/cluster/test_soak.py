@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from tests.cluster.soak import LEASE_S, run_soak
@@ -19,7 +20,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.soak]
 
 
 async def test_rolling_restart_loses_no_acknowledged_prompt_and_ends_every_stream_honestly(tmp_path: Path, anyio_backend: str) -> None:
-    report = await run_soak(tmp_path)
+    with anyio.fail_after(240):  # a hang fails here, with its traceback
+        report = await run_soak(tmp_path)
     for index, log in report.stderr.items():
         (tmp_path / f"instance-{index}.log").write_text(log)
     summary = report.summary()
