@@ -30,6 +30,7 @@ pytestmark = pytest.mark.anyio
 LONG = " ".join(f"word{i}" for i in range(400))  # 20 s at 0.05 s a word: still running when the drain ends
 SHORT = " ".join(f"word{i}" for i in range(30))  # 1.5 s: ends within the drain
 DRAINED = "The gateway is draining: the run was interrupted before its answer was complete"
+REFUSED = "this gateway instance is draining (shutting down): retry, another instance or its restart will serve"
 
 
 def config_file(tmp_path: Path, drain_s: float) -> str:
@@ -55,6 +56,22 @@ async def http_stream(url: str, path: str, body: dict[str, object], started: any
             out.append(line)
             if '"text_delta"' in line or '"content":"echo' in line or "TEXT_MESSAGE_CONTENT" in line:
                 started.set()
+
+
+def late_sockets(openfang_url: str, cli_url: str) -> list[dict[str, Any]]:
+    """A new prompt on a new socket of each WebSocket dialect, while draining: the last frame."""
+    out = []
+    openfang = RawWebSocket(openfang_url, timeout_s=10)
+    openfang.send_text(json.dumps({"type": "message", "content": "too late", "session_id": "ws-late"}))
+    openfang.read_until(lambda t: any(f["type"] == "error" for f in frames(t)))
+    out.append(frames(openfang.texts)[-1])
+    openfang.close()
+    cli = RawWebSocket(cli_url, timeout_s=10)
+    cli.send_text(json.dumps({"request_id": "late", "input": {"Text": "too late"}, "stream": True}))
+    cli.read_until(lambda t: any(f.get("error") for f in frames(t)))
+    out.append(frames(cli.texts)[-1])
+    cli.close()
+    return out
 
 
 def sse_data(lines: list[str]) -> list[Any]:
@@ -129,6 +146,12 @@ async def test_sigterm_drains_then_ends_every_stream_in_its_failure_form_and_exi
             await child.send_line({"type": "prompt", "text": "too late", "request_id": "late"})
             late_line = await child.until_line(lambda x: x.get("request_id") == "late")
             assert late_line["type"] == "error" and late_line["error"]["code"] == "draining", late_line
+            async with httpx.AsyncClient(base_url=child.urls["agui"], timeout=10) as client:
+                late_agui = await client.post("/agui", json={**agui_body, "threadId": "agui-late", "runId": "r2"})
+            assert late_agui.status_code == 503 and late_agui.headers["retry-after"] == "1", late_agui.text
+            refusals = await anyio.to_thread.run_sync(late_sockets, of_url, cli_url)
+            assert refusals[0] == {"type": "error", "content": REFUSED}, refusals
+            assert refusals[1]["request_id"] == "late" and refusals[1]["error"] == f"connection_error: {REFUSED}", refusals
             async with anyio.create_task_group() as readers:
                 readers.start_soon(anyio.to_thread.run_sync, openfang.read_to_end, 20)
                 readers.start_soon(anyio.to_thread.run_sync, cli.read_to_end, 20)
