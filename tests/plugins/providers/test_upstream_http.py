@@ -238,6 +238,24 @@ async def test_the_sdk_client_configuration_goes_upstream() -> None:
     assert int(sent["content-length"]) > 0 and server.requests[0]["messages"][0]["content"] == "hi there"
 
 
+@pytest.mark.anyio
+async def test_a_callable_key_is_asked_for_each_request() -> None:
+    keys = iter(["sk-first-000000000000", "sk-second-00000000000"])
+
+    async def key() -> str:
+        return next(keys)
+
+    async with fake_openai_server([Reply(text="ok", chunks=1)]) as server:
+        client = openai.AsyncOpenAI(api_key=key, base_url=server.base_url, max_retries=0)
+        provider = OpenAIProvider(OpenAISettings(base_url=server.base_url), client=client)
+        try:
+            for _ in range(2):
+                assert _text(await collect(provider)) == "ok"
+        finally:
+            await provider.aclose()
+    assert [h["authorization"] for h in server.headers] == ["Bearer sk-first-000000000000", "Bearer sk-second-00000000000"]
+
+
 # ---------------------------------------------------------------- proxies from the environment
 
 
