@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ssl
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from pathlib import Path
 
 import anyio
@@ -197,6 +198,31 @@ async def test_a_timeout_before_the_answer_is_retried() -> None:
             chunks = await collect(provider)
     assert _text(chunks) == "second try"
     assert len(server.requests) == 2
+
+
+@pytest.mark.anyio
+async def test_cancel_before_the_answer_starts_closes_the_connection() -> None:
+    # Cancelled while the upstream has not even sent its headers: the request's connection is
+    # closed at once (the upstream sees the client go), and the provider works on afterwards.
+    async with fake_openai_server([Reply.stall(30), Reply(text="after", chunks=1)]) as server:
+        async with provider_for(server, max_retries=2) as provider:
+            with anyio.CancelScope() as scope:
+                async with aclosing(provider.stream(HELLO)) as chunks:  # type: ignore[type-var]
+                    async with anyio.create_task_group() as tg:
+                        async def cancel_once_sent() -> None:
+                            with anyio.fail_after(5):
+                                while not server.requests:
+                                    await anyio.sleep(0.005)
+                            scope.cancel()
+
+                        tg.start_soon(cancel_once_sent)
+                        async for _ in chunks:
+                            pass
+            assert scope.cancelled_caught
+            gone = await server.wait_for_disconnect(timeout=2.0, request_index=0)
+            assert gone.events_sent == 0
+            assert _text(await collect(provider)) == "after"
+    assert len(server.requests) == 2  # no retry of the cancelled request
 
 
 # ---------------------------------------------------------------- the pool, the headers
