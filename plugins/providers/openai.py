@@ -7,7 +7,7 @@ Works against OpenAI, DeepSeek, vLLM, llama.cpp, Ollama and friends, configured 
   the retry policy, ``models.list``, typed HTTP errors. A completion itself goes out
   through :class:`upstream_http.ChatHop` — the SDK client's own httpcore2 pool, its
   headers built once, the body msgspec encoded once per request — and the answer comes
-  back raw: the SDK's request path cost 2-2.5 ms per request over the pool's (issue 27),
+  back raw: the SDK's request path cost 1 ms per request over the pool's (issue 27),
   and its own stream builds a pydantic model per chunk, which cost most of the gateway's
   CPU per token (issue 17).
 * Streams, with ``stream_options.include_usage`` so the last chunk carries token

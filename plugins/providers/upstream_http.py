@@ -3,7 +3,8 @@
 Why: on this machine kind the first content byte of a streamed answer from a local upstream
 takes 0.79 ms through httpcore's connection pool and 2.7-3.2 ms through the ``openai`` SDK
 (issue 27): the SDK's per-request work (pydantic options copied per attempt, its request
-builder, httpx's client layers) is the largest cost the gateway's second hop had left.
+builder, httpx's client layers) is the largest cost the gateway's second hop had left. A
+whole request against the fake upstream in one process: 1.44 ms here against the SDK's 2.44.
 
 One HTTP stack in the process: the SDK 3.5x runs on ``httpx2``, itself on ``httpcore2``.
 The request goes to the very ``httpcore2`` pool the SDK's own ``httpx2`` client holds, so
