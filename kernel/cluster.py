@@ -144,9 +144,10 @@ class RemoteSubscription:
         self._read_seq = after_seq
         self._closed = False
         self.client = client
-        # Runs whose start was read and whose end was not yet: if the session no longer runs
-        # one of them, its end was lost (the owner died while Redis was away).
-        self._open_runs: set[str] = set()
+        # Runs whose start was read and whose end was not yet (their request ids): if the
+        # session no longer runs one of them, its end was lost (the owner died while Redis was
+        # away); when this instance stops first, they end here with its reason.
+        self._open_runs: dict[str, str | None] = {}
 
     @property
     def last_seq(self) -> int:
@@ -225,9 +226,23 @@ class RemoteSubscription:
         self._read_seq = events[-1].seq
         for event in events:
             if isinstance(event, RunStarted):
-                self._open_runs.add(event.run_id)
+                self._open_runs[event.run_id] = event.request_id
             elif isinstance(event, m.RunFinished | m.RunFailed):
-                self._open_runs.discard(event.run_id)
+                self._open_runs.pop(event.run_id, None)
+
+    @property
+    def following_a_run(self) -> bool:
+        """A run of the session started and its end has not reached this follower yet."""
+        return bool(self._open_runs) and not self._closed
+
+    def stop(self, error: ErrorInfo) -> None:
+        """This instance stops before the runs it follows end (they go on at their owner):
+        each ends here with ``error`` (a ``run_failed`` the kernel makes up, seq 0: in no log),
+        so no client's stream of it closes looking complete; then following ends."""
+        for run_id, request_id in self._open_runs.items():
+            self._buffer.append(RunFailed(session_id=self._session_id, run_id=run_id, request_id=request_id, error=error))
+        self._open_runs.clear()
+        self._closed = True
 
     async def _check_position(self) -> None:
         """Nothing new in the stream for a while: ask the session where it is. Asking goes
@@ -241,8 +256,7 @@ class RemoteSubscription:
             else:
                 log.warning("following session %s: %s", self._session_id, exc.message)
             return
-        running = reply.session.run_id
-        lost_end = bool(self._open_runs - {running} if running is not None else self._open_runs)
+        lost_end = bool(set(self._open_runs) - {reply.session.run_id})
         if reply.session.last_seq <= self._read_seq and not lost_end:
             return
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+import weakref
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
@@ -108,8 +109,10 @@ class Kernel:
         # Set when the drain is over and the gateway stops: commands still waiting on another
         # instance give up with a clear ``draining`` error instead of being cut mid-request.
         self.stopping = anyio.Event()
-        # The runs requests follow here (kernel.RunFollower), their sessions' owners here or not.
+        # The runs requests follow here (kernel.RunFollower), their sessions' owners here or not,
+        # and the followers here of sessions other instances own (a drain waits for their runs).
         self.run_followers: set[RunFollower] = set()
+        self.remote_followers: weakref.WeakSet[RemoteSubscription] = weakref.WeakSet()
         # Telemetry (metrics, traces): told the facts of every run (kernel/observe.py).
         self.observers = Observers(o for o in (factory(self) for factory in observers) if o is not None)
         # Cluster routing (kernel/routing.py): forwarding, takeover, remote subscriptions.
@@ -178,8 +181,9 @@ class Kernel:
                 if self.cluster is not None:
                     for session in [s for s in self.sessions.values() if not s.busy and not s.ephemeral]:
                         await self.unload_session(session.id)
-                # Runs other instances own count too, while a request here follows one.
-                if not any(s.busy for s in self.sessions.values()) and not self.run_followers:
+                # Runs other instances own count too, while a client here follows one.
+                remote = any(f.following_a_run for f in list(self.remote_followers))
+                if not any(s.busy for s in self.sessions.values()) and not self.run_followers and not remote:
                     break
                 await anyio.sleep(DRAIN_POLL_S)
         left = self.interrupt_all("drain")
@@ -192,12 +196,15 @@ class Kernel:
 
     async def end_followed_runs(self, error: m.ErrorInfo) -> None:
         """The gateway stops: every request still following a run (one another instance owns,
-        or one whose end has not reached it) ends with ``error``, and gets a moment to write
-        it before the transports close their connections."""
+        or one whose end has not reached it), and every follower here of a run another
+        instance owns (a WebSocket watching its session), ends it with ``error``, and gets a
+        moment to write it before the transports close their connections."""
         for follower in list(self.run_followers):
             follower.stop(error)
+        for remote in list(self.remote_followers):
+            remote.stop(error)
         for _ in range(round(FOLLOWERS_GRACE_S / DRAIN_POLL_S)):
-            if not self.run_followers:
+            if not self.run_followers and not any(remote.pending for remote in list(self.remote_followers)):
                 break
             await anyio.sleep(DRAIN_POLL_S)
 
@@ -414,6 +421,7 @@ class Kernel:
         await self.access.check(caller, m.GetSession(session_id=session_id))
         remote = await self.routing.remote_subscription(session_id, after_seq, client) if self.routing is not None else None
         if remote is not None:
+            self.remote_followers.add(remote)
             return remote
         session = await self.session(session_id, create=False)
         return session.hub.subscribe(after_seq, buffer_size=buffer_size, client=client)

@@ -167,8 +167,11 @@ class Cluster:
         if child.process.returncode is None:
             with contextlib.suppress(ProcessLookupError):  # already killed (the takeover probe)
                 child.process.send_signal(how)
-        with anyio.fail_after(DRAIN_S + 15):
-            code = await child.process.wait()
+        with anyio.move_on_after(DRAIN_S + 15):
+            await child.process.wait()
+        code = child.process.returncode
+        if code is None:
+            raise AssertionError(f"instance {index} did not exit {DRAIN_S + 15:g}s after {how.name}:\n{stderr_of(child)[-4000:]}")
         report.events.append(f"{time.strftime('%X')} instance {index} {how.name}: exit {code}")
         report.stderr[index] = report.stderr.get(index, "") + stderr_of(child)
         self._release[index].set()
