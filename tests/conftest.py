@@ -21,6 +21,7 @@ UVLOOP_SUITES = (
     "tests/kernel/",
     "tests/transports/shared/",
     "tests/plugins/providers/test_openai.py",
+    "tests/plugins/providers/test_upstream_http.py",
     "tests/transports/openfang/test_ws.py",
     "tests/transports/http/test_native.py",
     "tests/transports/http/test_openai.py",

@@ -25,6 +25,7 @@ gateway's (it decodes ``[transports.NAME]`` and names the section in errors).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
@@ -34,6 +35,8 @@ from anyio.abc import TaskStatus
 
 from kernel import Kernel
 from transports.shared import HttpServerConfig, Router
+
+log = logging.getLogger(__name__)
 
 #: Builds the gateway console for a transport that hosts it (``hosts_console``): from the
 #: kernel and that transport's own config — whose token, Origin list, Host check and limits
@@ -96,9 +99,27 @@ def config_type(transport: type[Transport] | Transport) -> type[msgspec.Struct]:
     return cast("type[msgspec.Struct]", transport.Config)  # on the class it is the attribute itself
 
 
+#: Keys an older release spelled otherwise, in a config type that now has only the new name:
+#: ``[transports.http] rate_limit_per_minute`` was that port's per-address HTTP rate (the
+#: WebSocket transports' ``rate_limit_per_minute`` is a per-socket frame rate, kept).
+RENAMED_KEYS: dict[str, str] = {"rate_limit_per_minute": "requests_per_minute_per_ip"}
+
+
+def _renamed(transport: type[Transport] | Transport, data: dict[str, Any]) -> dict[str, Any]:
+    fields = {f.name for f in msgspec.structs.fields(config_type(transport))}
+    out = dict(data)
+    for old, new in RENAMED_KEYS.items():
+        if old in out and old not in fields and new in fields:
+            value = out.pop(old)
+            if new not in out:
+                out[new] = value
+            log.warning("[transports.%s] %s is now called %s; please rename it", transport.name, old, new)
+    return out
+
+
 def load_config(transport: type[Transport] | Transport, data: dict[str, Any] | None) -> msgspec.Struct:
     """Decode a transport's config section, naming the transport in the error."""
     try:
-        return msgspec.convert(data or {}, config_type(transport), str_keys=True)
+        return msgspec.convert(_renamed(transport, data or {}), config_type(transport), str_keys=True)
     except msgspec.ValidationError as exc:
         raise ValueError(f"[transports.{transport.name}]: {exc}") from None
