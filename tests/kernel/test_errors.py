@@ -25,6 +25,7 @@ from plugins.providers.openai import OpenAIProvider
 from tests.fakes.openai_server import fake_openai_server
 from tests.transports.http._helpers import http_server
 from tests.transports.openfang._helpers import make_config
+from transports.a2a import codec as a2a
 from transports.agui import codec as agui
 from transports.http.anthropic import codec as anthropic
 from transports.http.native import codec as native
@@ -52,6 +53,7 @@ SHAPERS: dict[str, Shaper] = {
     "openfang rest (run)": Shaper(lambda e: openfang.error_reply(e)[::2]),
     "openfang rest (command)": Shaper(lambda e: _of(openfang_rest.refused(m.KernelError(e.code, e.message, e.details)))),
     "anthropic": Shaper(lambda e: _of(anthropic.from_error_info(e)), conventions={503: 529}),
+    "a2a (http+json)": Shaper(lambda e: (a2a.from_kernel(e).http_status, a2a.from_kernel(e).headers)),
 }
 
 

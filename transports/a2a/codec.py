@@ -20,7 +20,7 @@ from typing import Any, Literal
 import msgspec
 
 from kernel import model as m
-from kernel.errors import http_status
+from kernel.errors import http_headers, http_status
 
 from . import wire as w
 
@@ -44,6 +44,8 @@ class Failure(msgspec.Struct, frozen=True, kw_only=True):
     kernel_code: m.ErrorCode
     message: str
     metadata: dict[str, str] = {}
+    #: The kernel error's HTTP headers (``Retry-After`` from its details), for the REST binding.
+    headers: dict[str, str] = {}
 
     @property
     def http_status(self) -> int:
@@ -100,7 +102,7 @@ def from_kernel(error: m.ErrorInfo) -> Failure:
         return invalid_params(error.message)
     return Failure(
         code=-32603, reason=error.code.upper(), status=_GRPC_STATUS.get(error.code, "INTERNAL"),
-        kernel_code=error.code, message=error.message, metadata={"code": error.code},
+        kernel_code=error.code, message=error.message, metadata={"code": error.code}, headers=http_headers(error),
     )
 
 

@@ -436,7 +436,7 @@ class A2AApi:
                 result = await handler(request)
             except A2AFail as exc:
                 failure = exc.failure
-                headers = http_headers(m.ErrorInfo(code=failure.kernel_code, message=failure.message))  # Retry-After
+                headers = failure.headers or http_headers(m.ErrorInfo(code=failure.kernel_code, message=failure.message))  # Retry-After
                 return json_response(failure.http_status, codec.rest_error(failure), headers=headers)
             if result is None or isinstance(result, Response):
                 return result
