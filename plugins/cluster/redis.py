@@ -306,19 +306,31 @@ class RedisCluster:
         lease = self._owner_key(getattr(command, "session_id", None) or "")
         deadline = anyio.current_time() + self.forward_timeout_s
         popped = None
+        pushed = taken = False
         try:
             await self._client.lpush(inbox, [payload])
-            taken = False
+            pushed = True
             while (left := deadline - anyio.current_time()) > 0:
                 popped = await self._client.blpop([f"{self.prefix}:reply:{request.id}"], timeout=min(left, self.lease_check_s))
                 if popped:
                     break
                 if not taken and await self._client.get(lease) != owner.encode():
+                    taken = True
                     if await self._client.lrem(inbox, 1, payload):
                         raise m.KernelError("unavailable", f"the lease of gateway instance {owner} expired before it took the command")
-                    taken = True  # it took the command before its lease went: its answer may still come
+                    # It took the command before its lease went: its answer may still come.
         except _REDIS_ERRORS as exc:
             raise self._unavailable(exc) from None
+        finally:
+            if pushed and not popped and not taken:
+                # Given up (the timeout, or this instance stopping): a command the owner has
+                # not taken yet is taken back, so it never runs after its client was told to
+                # retry (a retry elsewhere would store the prompt twice).
+                with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+                    try:
+                        await self._client.lrem(inbox, 1, payload)
+                    except _REDIS_ERRORS:
+                        pass  # Redis is away: the owner drops it once it expires
         if not popped:
             raise m.KernelError("unavailable", f"gateway instance {owner} did not answer within {self.forward_timeout_s:g}s")
         answer = _decode_answered(popped[1])
