@@ -71,8 +71,6 @@ SCOPE_OF: dict[type, m.Scope] = {
     m.UpdateSettings: "admin",
 }
 
-#: Commands that start a run (counted by the per-key limits).
-RUN_COMMANDS = (m.Prompt, m.Regenerate, m.Continue)
 #: Commands that create their session when it does not exist; for a key every other command
 #: needs it to exist (reading a session nobody has is `not_found`, never an empty new one).
 CREATING = (m.Prompt, m.OpenSession, m.RunCommand, m.SaveHistory)
@@ -251,7 +249,7 @@ class Access:
         before anything reaches the upstream model."""
         principal = caller.principal
         record = await self.kernel.keys.current(principal)
-        if record is None or not isinstance(command, RUN_COMMANDS):
+        if record is None or not isinstance(command, m.RUN_COMMANDS):
             return
         now = time.time()
         spent = record.tokens_on(utc_day(now)) + self.unrecorded.get(principal.name, 0)

@@ -57,8 +57,6 @@ FOLLOWERS_GRACE_S = 2.0
 FOLLOW_STOPPED = "This gateway instance stopped before the run's end reached it: retry, the conversation goes on elsewhere"
 #: The longest a readiness check waits for the store or the cluster.
 READY_CHECK_S = 2.0
-#: Commands that start a run: refused while draining.
-RUN_COMMANDS = (m.Prompt, m.Regenerate, m.Continue)
 
 
 def gateway_version() -> str:
@@ -547,7 +545,7 @@ class Kernel:
         run_handler = _RUN_HANDLERS.get(type(command))
         if handler is None and run_handler is None:
             raise m.KernelError("invalid_request", f"unsupported command {type(command).__name__}")
-        if self.draining and isinstance(command, RUN_COMMANDS):
+        if self.draining and isinstance(command, m.RUN_COMMANDS):
             raise draining_error()
         await self.access.check(caller, command)
         with acting_as(caller):

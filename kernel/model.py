@@ -711,6 +711,9 @@ Event = (
 
 RUN_END_EVENTS = (RunFinished, RunFailed)
 
+#: The commands that start a run (refused while draining, counted by a key's limits).
+RUN_COMMANDS = (Prompt, Regenerate, Continue)
+
 _INTERRUPT_ERRORS: dict[str, ErrorInfo] = {
     "client": ErrorInfo(code="interrupted", message="The run was interrupted before its answer was complete"),
     "drain": ErrorInfo(code="draining", message="The gateway is draining: the run was interrupted before its answer was complete"),
