@@ -263,3 +263,33 @@ async def test_sigterm_ends_an_open_acp_prompt_with_a_json_rpc_error_naming_the_
             code = await child.process.wait()
     assert "result" not in answer and answer["error"]["data"]["code"] == "draining" and answer["error"]["message"] == DRAINED, answer
     assert code == 0
+
+
+async def test_the_openai_sdk_raises_when_sigterm_cuts_its_chat_stream(tmp_path: Path, anyio_backend: str) -> None:
+    """The issue's repro, with the client its users run: an OpenAI chat stream cut by a drain
+    makes the SDK raise mid-iteration — it never ends as if the answer were whole."""
+    import openai
+
+    env = gateway_env(tmp_path / "g.db", GATEWAY_ECHO_DELAY_S="0.05")
+    args = ["serve", "--config", config_file(tmp_path, 0.5), "--backend", anyio_backend, "-t", "http", "--set", "http.port=0"]
+    async with gateway_child(args, env, cwd=tmp_path) as child:
+        await child.wait_ready(["http"])
+        client = openai.AsyncOpenAI(base_url=child.urls["http"] + "/v1", api_key="unused", max_retries=0)
+        text: list[str] = []
+        finishes: list[str] = []
+        stream = await client.chat.completions.create(model="default", stream=True, messages=[{"role": "user", "content": LONG}])
+        with pytest.raises(openai.APIError, match="draining") as raised:
+            async for chunk in stream:
+                if chunk.choices:
+                    text.append(chunk.choices[0].delta.content or "")
+                    if chunk.choices[0].finish_reason:
+                        finishes.append(chunk.choices[0].finish_reason)
+                if len(text) == 5:
+                    child.process.send_signal(signal.SIGTERM)
+        await client.close()
+        with anyio.fail_after(20):
+            code = await child.process.wait()
+    assert code == 0
+    assert finishes == [] and len(text) >= 5
+    assert "".join(text) != "echo: " + LONG and ("echo: " + LONG).startswith("".join(text))
+    assert "interrupted before its answer was complete" in str(raised.value)
