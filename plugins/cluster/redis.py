@@ -12,6 +12,10 @@ What is live lives here; what must last lives in the shared store (PostgreSQL):
 * ``PREFIX:inbox:INSTANCE`` — a list of commands forwarded to that instance; each answer goes
   to ``PREFIX:reply:ID`` (expiring), where the asking instance waits for it.
 * ``PREFIX:ended:SESSION`` — set for a while when a session was deleted: its followers stop.
+* ``PREFIX:epoch`` — when this Redis began to hold the cluster (Redis's clock, ms; 0 for a fresh
+  one). A Redis restarted without its data has none, and an instance that saw one before then
+  waits one lease before taking an unowned session: the real owners re-assert theirs first, so
+  a restart never makes two owners of one session.
 
 Events are published from a bounded outbox by one background task, in pipelined batches,
 so the owner's runs never wait on Redis. While Redis is unreachable, cross-instance
@@ -42,6 +46,26 @@ log = logging.getLogger("gateway.cluster")
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 2 or 0
+"""
+#: Take an unowned session (returns ``""``), or name its owner, or — when this Redis lost its
+#: data lately (a restart: the epoch key is gone) — say how many ms to wait first, so that the
+#: owners, which re-assert their leases every third of one, get theirs back before anyone
+#: takes a session over twice. ARGV[3] "1": this instance has seen an epoch before (so a
+#: missing one is a restart, not a fresh Redis). TIME is Redis's clock, the same for all.
+_CLAIM = """
+local owner = redis.call('GET', KEYS[1])
+if owner then return owner end
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local epoch = redis.call('GET', KEYS[2])
+if not epoch then
+  epoch = (ARGV[3] == '1') and now_ms or 0
+  redis.call('SET', KEYS[2], epoch)
+end
+local wait = tonumber(epoch) + tonumber(ARGV[2]) - now_ms
+if wait > 0 then return wait end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return ''
 """
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -106,6 +130,8 @@ class RedisCluster:
         self.stream_retention = stream_retention
         self._client: coredis.Redis[bytes] = coredis.Redis.from_url(url)
         self._owned: set[str] = set()
+        # Whether this instance has seen the cluster's epoch key (then a missing one is a restart).
+        self._seen_epoch = False
         self._outbox: deque[m.Event | _Ended] = deque(maxlen=outbox_limit)
         self._wake = anyio.Event()
         self._down = False
@@ -117,6 +143,10 @@ class RedisCluster:
 
     def _owner_key(self, session_id: str) -> str:
         return f"{self.prefix}:owner:{session_id}"
+
+    @property
+    def _epoch_key(self) -> str:
+        return f"{self.prefix}:epoch"
 
     def _events_key(self, session_id: str) -> str:
         return f"{self.prefix}:events:{session_id}"
@@ -244,16 +274,16 @@ class RedisCluster:
         key = self._owner_key(session_id)
         try:
             for _ in range(3):
-                if await self._client.set(key, self.instance_id, condition=PureToken.NX, px=self.lease_ms):
+                got = await self._client.eval(_CLAIM, keys=[key, self._epoch_key], args=[self.instance_id, self.lease_ms, "1" if self._seen_epoch else "0"])
+                self._seen_epoch = True
+                if isinstance(got, int):  # Redis restarted lately: the owners re-assert first
+                    await anyio.sleep(got / 1000)
+                    continue
+                owner = got.decode() if isinstance(got, bytes) else str(got)
+                if owner in ("", self.instance_id):
                     self._owned.add(session_id)
                     return None
-                current = await self._client.get(key)
-                if current is not None:
-                    owner = current.decode()
-                    if owner == self.instance_id:
-                        self._owned.add(session_id)
-                        return None
-                    return owner
+                return owner
         except _REDIS_ERRORS as exc:
             if session_id in self._owned:
                 return None  # ours already: keep running it while Redis is away
