@@ -66,7 +66,7 @@ class HttpServerConfig(msgspec.Struct, kw_only=True):
     #: closed (headers that stall are hypercorn's to time out: 5 s).
     body_timeout_s: float = 10.0
     #: Request bodies being read at once per client IP; more are answered 429 (0: no cap).
-    max_body_reads_per_ip: int = 32
+    max_body_reads_per_ip: int = 256
 
 
 class ServerConfig(HttpServerConfig, kw_only=True):
