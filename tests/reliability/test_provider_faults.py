@@ -1,7 +1,7 @@
 """Provider faults from the fake OpenAI server, seen through every dialect.
 
 The gateway runs its real ``openai`` provider against the fake upstream with
-``max_retries=0`` and a 0.5 s timeout. Each fault (429 with Retry-After, 500, a
+``max_retries=0`` and a 2 s timeout (long enough for a loaded machine, far short of the stall). Each fault (429 with Retry-After, 500, a
 connection reset mid-stream, a stall past the timeout, a malformed chunk) must end the
 run with the dialect's clear error; the history keeps the prompt that was
 acknowledged (and no answer for it); the next prompt is answered.
@@ -55,7 +55,7 @@ def settings_for(server: FakeOpenAIServer, tmp_path: Path) -> Settings:
     settings.store.path = str(tmp_path / "faults.db")
     openai = settings.provider.openai
     openai.api_key, openai.base_url, openai.model = KEY, server.base_url, "fake-model"
-    openai.max_retries, openai.timeout_s = 0, 0.5
+    openai.max_retries, openai.timeout_s = 0, 2.0
     return settings
 
 
