@@ -326,15 +326,20 @@ def validate(data: dict[str, Any]) -> Settings:
     return settings
 
 
+def _name_problems(table: str, names: list[str], used_as: str) -> list[str]:
+    """A tool source's names (``[[tools.mcp]]``, ``[[tools.a2a]]``): unique, and fit to prefix
+    a tool name (``used_as`` says how)."""
+    problems = [f"{table}: the name {duplicate!r} is used twice" for duplicate in sorted({name for name in names if names.count(name) > 1})]
+    problems += [
+        f"{table} {name!r}: a name is 1-32 letters, digits, '-' or single '_' ({used_as})" for name in names if not MCP_SERVER_NAME.match(name)
+    ]
+    return problems
+
+
 def _a2a_problems(agents: list[A2AAgentSettings]) -> list[str]:
-    problems: list[str] = []
-    names = [agent.name for agent in agents]
-    for duplicate in sorted({name for name in names if names.count(name) > 1}):
-        problems.append(f"tools.a2a: the name {duplicate!r} is used twice")
+    problems = _name_problems("tools.a2a", [agent.name for agent in agents], "it names the tool: NAME__ask")
     for agent in agents:
         where = f"tools.a2a {agent.name!r}"
-        if not MCP_SERVER_NAME.match(agent.name):
-            problems.append(f"{where}: a name is 1-32 letters, digits, '-' or single '_' (it names the tool: NAME__ask)")
         if not agent.url.startswith(("http://", "https://")):
             problems.append(f"{where}: url must be http:// or https://")
         if agent.timeout_s <= 0:
@@ -343,14 +348,9 @@ def _a2a_problems(agents: list[A2AAgentSettings]) -> list[str]:
 
 
 def _mcp_problems(servers: list[McpServerSettings]) -> list[str]:
-    problems: list[str] = []
-    names = [server.name for server in servers]
-    for duplicate in sorted({name for name in names if names.count(name) > 1}):
-        problems.append(f"tools.mcp: the name {duplicate!r} is used twice")
+    problems = _name_problems("tools.mcp", [server.name for server in servers], "it prefixes the tools: NAME__TOOL")
     for server in servers:
         where = f"tools.mcp {server.name!r}"
-        if not MCP_SERVER_NAME.match(server.name):
-            problems.append(f"{where}: a name is 1-32 letters, digits, '-' or single '_' (it prefixes the tools: NAME__TOOL)")
         if (server.command is None) == (server.url is None):
             problems.append(f"{where}: give either command (a stdio server) or url (a streamable HTTP server)")
         if server.url is not None and not server.url.startswith(("http://", "https://")):
