@@ -714,6 +714,17 @@ RUN_END_EVENTS = (RunFinished, RunFailed)
 #: The commands that start a run (refused while draining, counted by a key's limits).
 RUN_COMMANDS = (Prompt, Regenerate, Continue)
 
+
+def conversation_turn(
+    session_id: str, request_id: str | None, parts: tuple[ContentPart, ...], options: PromptOptions, *, continuation: bool
+) -> Prompt | Continue:
+    """The run of a client's conversation request (OpenAI chat, Responses, Anthropic): its last
+    user turn as a prompt or, when the conversation ends with its tool results, a ``continue``
+    (no new user turn)."""
+    if continuation:
+        return Continue(session_id=session_id, request_id=request_id, options=options)
+    return Prompt(session_id=session_id, request_id=request_id, parts=parts, options=options)
+
 _INTERRUPT_ERRORS: dict[str, ErrorInfo] = {
     "client": ErrorInfo(code="interrupted", message="The run was interrupted before its answer was complete"),
     "drain": ErrorInfo(code="draining", message="The gateway is draining: the run was interrupted before its answer was complete"),

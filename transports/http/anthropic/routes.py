@@ -100,9 +100,7 @@ class AnthropicApi:
         message_id = f"msg_{uuid.uuid4().hex}"
 
         def command(session_id: str) -> m.Prompt | m.Continue:
-            if plan.continuation:
-                return m.Continue(session_id=session_id, request_id=message_id, options=plan.options)
-            return m.Prompt(session_id=session_id, request_id=message_id, parts=plan.prompt_parts, options=plan.options)
+            return m.conversation_turn(session_id, message_id, plan.prompt_parts, plan.options, continuation=plan.continuation)
 
         try:
             async with ephemeral_run(

@@ -409,9 +409,7 @@ EPHEMERAL_LABEL = "openai chat (ephemeral)"
 def run_command(plan: ChatPlan, session_id: str, request_id: str) -> m.Prompt | m.Continue:
     """The last user message as the prompt or, when the conversation ends with the
     results of the client's tool calls, a ``continue`` (no new user turn)."""
-    if plan.continuation:
-        return m.Continue(session_id=session_id, request_id=request_id, options=plan.options)
-    return m.Prompt(session_id=session_id, request_id=request_id, parts=plan.prompt_parts, options=plan.options)
+    return m.conversation_turn(session_id, request_id, plan.prompt_parts, plan.options, continuation=plan.continuation)
 
 
 # ---------------------------------------------------------------- answers out

@@ -364,9 +364,7 @@ def _tool_output(output: str | list[w.InputPart], where: str) -> tuple[str, list
 
 def run_command(plan: ResponsePlan, session_id: str, response_id: str) -> m.Prompt | m.Continue:
     """The last user message as the prompt, or a ``continue`` after function results."""
-    if plan.continuation:
-        return m.Continue(session_id=session_id, request_id=response_id, options=plan.options)
-    return m.Prompt(session_id=session_id, request_id=response_id, parts=plan.prompt_parts, options=plan.options)
+    return m.conversation_turn(session_id, response_id, plan.prompt_parts, plan.options, continuation=plan.continuation)
 
 
 def history_until(messages: Sequence[m.Message], last_message_at: float | None) -> tuple[m.Message, ...] | None:
