@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     "RunSession": ".host",
     "ToolScope": ".host",
     "ClusterHost": ".cluster",
+    "CommandWithdrawn": ".cluster",
     "Command": ".model",
     "Event": ".model",
     "Reply": ".model",
@@ -108,6 +109,8 @@ _EXPORTS: dict[str, str] = {
     "KEY_USAGE_SQL": ".store",
     "key_body": ".store",
     "key_of_row": ".store",
+    # Fenced history writes (a store shared by instances; kernel/store.py).
+    "check_fence": ".store",
     "RateWindows": ".access",
     "current_caller": ".access",
 }
@@ -125,6 +128,7 @@ if TYPE_CHECKING:
     from .attachments import sniff_image as sniff_image
     from .cluster import Cluster as Cluster
     from .cluster import ClusterHost as ClusterHost
+    from .cluster import CommandWithdrawn as CommandWithdrawn
     from .commands import CommandContext as CommandContext
     from .commands import SlashCommand as SlashCommand
     from .errors import ERROR_SPECS as ERROR_SPECS
@@ -199,6 +203,7 @@ if TYPE_CHECKING:
     from .store import SessionRecord as SessionRecord
     from .store import SQLiteStore as SQLiteStore
     from .store import Store as Store
+    from .store import check_fence as check_fence
     from .store import key_body as key_body
     from .store import key_of_row as key_of_row
     from .tools import Tool as Tool

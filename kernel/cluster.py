@@ -51,8 +51,21 @@ ROUTED: tuple[type[m.Command], ...] = (
     m.ClearHistory,
 )
 
+#: Routed commands that change nothing: carried out again here when their owner did not
+#: answer (it died), whether or not it had taken them. Any other command is carried out here
+#: only when the owner provably never took it (:class:`CommandWithdrawn`) — at most once.
+READ_ONLY: tuple[type[m.Command], ...] = (m.GetSession, m.GetHistory)
+
 #: How long a remote follower waits for events before it checks that the owner is alive.
 OWNER_CHECK_S = 1.0
+
+
+class CommandWithdrawn(KernelError):
+    """A forwarded command taken back before its owner took it: it never runs there, so the
+    instance that forwarded it may carry it out itself (after taking the session over)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("unavailable", message)
 
 
 class ClusterHost(Protocol):
@@ -89,10 +102,14 @@ class Cluster(Protocol):
         """Give the lease up (the session was unloaded here)."""
 
     async def forward(self, owner: str, command: m.Command) -> m.Reply:
-        """The owner's reply to ``command``; its KernelError is raised here. The wait is
-        bounded by the owner's lease: when the lease expires (or moves) before the owner took
-        the command, the command is withdrawn and ``unavailable`` raised, so the session is
-        taken over after ``lease_s``, not after the forward timeout."""
+        """The owner's reply to ``command``; its KernelError is raised here. Carried out at
+        most once: the owner takes a command exactly once, and a command given up on is
+        withdrawn unless the owner took it first. The wait is bounded by the owner's lease:
+        when the lease expires (or moves) before the owner took the command, the command is
+        withdrawn and :class:`CommandWithdrawn` raised, so the session is taken over after
+        ``lease_s``, not after the forward timeout; when the owner took it and its lease then
+        expires, its answer is awaited one more lease, then ``owner_lost`` is raised (the
+        command may have been carried out). Any other failure is ``unavailable``."""
 
     def publish(self, event: Event) -> None:
         """Mirror an event of a session owned here into the shared stream (never blocks)."""

@@ -363,11 +363,14 @@ class Kernel:
                     owner=acting_principal().name,
                 )
                 await self.store.save_session(record)
+                fence = await self.routing.hold(record.session_id) if self.routing is not None else None
                 messages: list[m.Message] = []
             else:
                 agent = self._agent_or_default(record.agent_id)
+                fence = await self.routing.hold(record.session_id) if self.routing is not None else None
                 messages = await self.store.load_messages(record.session_id, self.settings.session.history_cap)
             session = Session(self, record.session_id, agent, label=record.label, created_at=record.created_at)
+            session.fence = fence
             session.title = record.title
             session.owner = record.owner
             session.updated_at = record.updated_at or record.created_at

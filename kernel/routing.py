@@ -17,7 +17,7 @@ import anyio
 import msgspec
 
 from . import model as m
-from .cluster import ROUTED, Cluster, RemoteSubscription, owner_lost
+from .cluster import READ_ONLY, ROUTED, Cluster, CommandWithdrawn, RemoteSubscription, owner_lost
 from .host import seq_key
 
 if TYPE_CHECKING:
@@ -117,10 +117,13 @@ class ClusterRouting:
         return outcome[0]
 
     async def _forward_once(self, owner: str, command: m.Command) -> m.Reply:
-        """The owner's reply. Its wait is bounded by the owner's lease: the cluster withdraws
-        a command whose owner's lease expires while it waits (``unavailable``), and the
-        session is taken over here then. An owner that is draining refuses (``draining``);
-        it gives the session's lease up as its run ends, and the command is carried out here."""
+        """The owner's reply. Its wait is bounded by the owner's lease (``Cluster.forward``).
+        When the owner is gone, the session is taken over here — and the command carried out
+        here only when that cannot make it run twice: it was withdrawn before the owner took
+        it, or it changes nothing. A command the dead owner took is answered ``owner_lost``
+        (it may have been carried out: the client looks before sending it again). An owner
+        that is draining refuses (``draining``); it gives the session's lease up as its run
+        ends, and the command is carried out here."""
         cluster = self.cluster
         self.host.observers.command_forwarded()
         try:
@@ -130,12 +133,19 @@ class ClusterRouting:
                 raise
             if exc.code == "draining":
                 return await self._hand_over(owner, command, exc)
-            if exc.code == "unavailable" and self.host.draining:
+            if exc.code not in ("unavailable", "owner_lost"):
+                raise
+            if self.host.draining:
                 # The owner is gone, but a draining instance takes no session over: the
                 # client's retry reaches an instance that will.
                 log.warning("instance %s did not answer for session %s and this instance is draining: refused", owner, command.session_id)
                 raise draining_error() from None
-            if exc.code != "unavailable" or await cluster.claim(command.session_id) is not None:
+            again = isinstance(exc, CommandWithdrawn) or isinstance(command, READ_ONLY)
+            if await cluster.claim(command.session_id) is not None:
+                raise
+            if not again:
+                log.warning("instance %s took %s for session %s and stopped before answering: taking the session over", owner, type(command).__name__, command.session_id)
+                await self.host.execute_forwarded(m.GetSession(session_id=command.session_id))  # its run ends as owner_lost
                 raise
             log.warning("instance %s did not answer for session %s and its lease expired: taking the session over", owner, command.session_id)
             return await self.host.execute_forwarded(command)
@@ -158,12 +168,18 @@ class ClusterRouting:
                 await anyio.sleep(HANDOVER_POLL_S)
         raise refusal
 
+    async def hold(self, session_id: str) -> int:
+        """Before a session is loaded (or right after it is created) here: this instance holds
+        its lease, and the store's fence for it moves on, so a previous owner that has not yet
+        noticed it lost the session can write nothing more — its history is read after that."""
+        if await self.cluster.claim(session_id) is not None:
+            raise m.KernelError("unavailable", f"session {session_id} is run by another gateway instance")
+        return await self.host.store.take_session(session_id)
+
     async def take_over(self, session: Session) -> None:
-        """A session loaded here in a cluster: this instance holds its lease, its seq goes on
-        from the shared stream, and a run a previous owner left in flight ends as ``owner_lost``."""
+        """A session loaded here in a cluster (after :meth:`hold`): its seq goes on from the
+        shared stream, and a run a previous owner left in flight ends as ``owner_lost``."""
         cluster = self.cluster
-        if await cluster.claim(session.id) is not None:
-            raise m.KernelError("unavailable", f"session {session.id} is run by another gateway instance")
         tail = await cluster.tail(session.id, TAKEOVER_TAIL)
         stored = await self.host.store.get_value(seq_key(session.id))
         floor = int(stored) if stored else 0
@@ -186,9 +202,9 @@ class ClusterRouting:
             owner = await cluster.claim(session_id)
         if owner is None:
             return None
-        if after_seq is None:  # from now on: the stream's end
-            tail = await cluster.tail(session_id, 1)
-            after_seq = tail[-1].seq if tail else 0
+        if after_seq is None:  # from now on: the stream's end — or, when it holds nothing, the session's
+            tail = await cluster.tail(session_id, 1)  # (a restarted Redis lost it: the seqs go on from there)
+            after_seq = tail[-1].seq if tail else (await self.host.execute(m.GetSession(session_id=session_id))).session.last_seq
         remote = RemoteSubscription(self.host.execute, cluster, session_id, after_seq, client)
         await remote.prime()
         return remote

@@ -97,7 +97,10 @@ async def execute_run(session: RunSession, run: ActiveRun) -> None:
             Message(role="tool", tool_call_id=call.id, name=call.name, content="interrupted before the tool finished", outcome="interrupted")
         )
     with anyio.CancelScope(shield=True):
-        await session.persist(state.new_messages)
+        try:
+            await session.persist(state.new_messages)
+        except KernelError as exc:  # not recorded (this instance lost the session): the run did not end whole
+            error = exc.info()
         session.usage = session.usage + state.usage
         # Told before the last event: a client that sees the run end finds it counted.
         observers.run_ended(run.facts, _outcome(stop, error), error.code if error is not None else None)

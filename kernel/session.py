@@ -71,6 +71,9 @@ class Session:
         # An ephemeral session lives in memory only (a throw-away conversation, e.g. one
         # OpenAI-compatible request): nothing of it reaches the store.
         self.ephemeral = ephemeral
+        # The store's fence of this instance's hold on the session (a cluster's takeover sets
+        # it; kernel/store.py): its history writes are refused once another instance took it.
+        self.fence: int | None = None
         # The principal (key name) it belongs to (kernel/access.py); set by whoever creates it.
         self.owner = "admin"
         self.context: list[Message] = []
@@ -317,7 +320,7 @@ class Session:
         self.context[:] = messages
         self.updated_at = time.time()
         if not self.ephemeral:
-            await self.host.store.replace_messages(self.id, self.context)
+            await self.host.store.replace_messages(self.id, self.context, fence=self.fence)
 
     async def persist(self, messages: list[Message]) -> None:
         """Append to the context and the store before anything is acknowledged."""
@@ -338,7 +341,7 @@ class Session:
         if len(self.context) > cap:
             del self.context[: len(self.context) - cap]
         if not self.ephemeral:
-            await self.host.store.append_messages(self.id, stamped, cap)
+            await self.host.store.append_messages(self.id, stamped, cap, fence=self.fence)
             if self.host.clustered:  # how far the seqs went, for whoever takes it over
                 await self.host.store.set_value(seq_key(self.id), str(self.hub.last_seq).encode())
 

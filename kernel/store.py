@@ -19,11 +19,11 @@ import anyio.to_thread
 import msgspec
 
 from .keys import KeyRecord
-from .model import Message, ToolOutcome
+from .model import KernelError, Message, ToolOutcome
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
     title      TEXT,
-    owner      TEXT NOT NULL DEFAULT 'admin'
+    owner      TEXT NOT NULL DEFAULT 'admin',
+    fence      INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS messages (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -82,8 +83,24 @@ class SessionRecord(msgspec.Struct, kw_only=True):
     owner: str = "admin"
 
 
+def fenced_out(session_id: str) -> KernelError:
+    """A write of an instance that no longer runs the session (another took it over: the
+    store's fence for it moved on): refused, so two instances never both write its history."""
+    return KernelError(
+        "owner_lost", f"session {session_id} is run by another gateway instance now (this one lost it): nothing was recorded; retry"
+    )
+
+
 class Store(Protocol):
-    """What the kernel persists. Another store can be plugged in behind this."""
+    """What the kernel persists. Another store can be plugged in behind this.
+
+    **Fencing** (several instances on one store): an instance that takes a session over calls
+    :meth:`take_session` and passes the number it got as ``fence`` to the session's history
+    writes; a write whose fence is no longer the session's current one is refused with
+    :func:`fenced_out` and changes nothing. So an instance that lost a session without
+    knowing it yet (its lease ran out while it was busy) cannot write beside the new owner.
+    ``fence=None``: unfenced (one process, or a session that was never taken over).
+    """
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...
@@ -92,9 +109,13 @@ class Store(Protocol):
     async def list_sessions(self, agent_id: str | None = None) -> list[SessionRecord]: ...
     async def delete_session(self, session_id: str) -> None: ...
     async def set_title(self, session_id: str, title: str) -> None: ...
-    async def append_messages(self, session_id: str, messages: Sequence[Message], cap: int) -> None: ...
+    async def take_session(self, session_id: str) -> int:
+        """This instance runs the session from now on: its new fence, above every earlier one."""
+        ...
+
+    async def append_messages(self, session_id: str, messages: Sequence[Message], cap: int, fence: int | None = None) -> None: ...
     async def load_messages(self, session_id: str, limit: int | None = None) -> list[Message]: ...
-    async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None: ...
+    async def replace_messages(self, session_id: str, messages: Sequence[Message], fence: int | None = None) -> None: ...
     async def get_value(self, key: str) -> bytes | None: ...
     async def set_value(self, key: str, value: bytes) -> None: ...
     # API keys (kernel/keys.py): looked up per request, so a revocation holds at once.
@@ -126,6 +147,8 @@ class SQLiteStore:
     @staticmethod
     def _migrate(conn: sqlite3.Connection, version: int) -> None:
         """Bring an older store up to ``SCHEMA_VERSION``, in one transaction."""
+        if version < 5:  # v5: sessions have a fence (the writes of an instance that lost one are refused)
+            conn.execute("ALTER TABLE sessions ADD COLUMN fence INTEGER NOT NULL DEFAULT 0")
         if version < 4:  # v4: sessions have an owner (the key that created them; before keys: the admin)
             conn.execute("ALTER TABLE sessions ADD COLUMN owner TEXT NOT NULL DEFAULT 'admin'")
         if version < 3:  # v3: sessions have a title (their first prompt, shortened)
@@ -198,18 +221,22 @@ class SQLiteStore:
 
         await self.call(run)
 
-    async def append_messages(self, session_id: str, messages: Sequence[Message], cap: int) -> None:
+    async def take_session(self, session_id: str) -> int:
+        row = await self.call(lambda c: c.execute("UPDATE sessions SET fence=fence+1 WHERE session_id=? RETURNING fence", (session_id,)).fetchone())
+        return 0 if row is None else int(row[0])
+
+    async def append_messages(self, session_id: str, messages: Sequence[Message], cap: int, fence: int | None = None) -> None:
         rows = [(session_id, _encode(m), m.created_at or time.time()) for m in messages]
 
         def run(conn: sqlite3.Connection) -> None:
             with conn:
+                check_fence(conn, session_id, fence, "?")
                 conn.executemany("INSERT INTO messages(session_id, body, created_at) VALUES (?,?,?)", rows)
                 conn.execute(
                     "DELETE FROM messages WHERE session_id=? AND id NOT IN"
                     " (SELECT id FROM messages WHERE session_id=? ORDER BY id DESC LIMIT ?)",
                     (session_id, session_id, cap),
                 )
-                conn.execute("UPDATE sessions SET updated_at=? WHERE session_id=?", (time.time(), session_id))
 
         await self.call(run)
 
@@ -224,11 +251,12 @@ class SQLiteStore:
 
         return await self.call(run)
 
-    async def replace_messages(self, session_id: str, messages: Sequence[Message]) -> None:
+    async def replace_messages(self, session_id: str, messages: Sequence[Message], fence: int | None = None) -> None:
         rows = [(session_id, _encode(m), m.created_at or time.time()) for m in messages]
 
         def run(conn: sqlite3.Connection) -> None:
             with conn:
+                check_fence(conn, session_id, fence, "?")
                 conn.execute("DELETE FROM messages WHERE session_id=?", (session_id,))
                 conn.executemany("INSERT INTO messages(session_id, body, created_at) VALUES (?,?,?)", rows)
 
@@ -290,6 +318,18 @@ class SQLiteStore:
     async def add_key_usage(self, name: str, day: str, requests: int, tokens: int) -> None:
         """One atomic update: a new day restarts the day's counters."""
         await self.call(lambda c: c.execute(KEY_USAGE_SQL.replace("%s", "?"), (day, requests, day, tokens, day, requests, tokens, name)))
+
+
+def check_fence(conn: Any, session_id: str, fence: int | None, mark: str) -> None:
+    """The first statement of a history write's transaction (both stores; ``mark`` is the
+    driver's placeholder): the session is touched — when the write is fenced, only while
+    ``fence`` is still the session's (the row lock this takes orders it against a takeover's)."""
+    if fence is None:
+        conn.execute(f"UPDATE sessions SET updated_at={mark} WHERE session_id={mark}", (time.time(), session_id))
+        return
+    touched = conn.execute(f"UPDATE sessions SET updated_at={mark} WHERE session_id={mark} AND fence={mark}", (time.time(), session_id, fence))
+    if touched.rowcount != 1:
+        raise fenced_out(session_id)
 
 
 def outcome_of_v1_text(content: str) -> ToolOutcome:

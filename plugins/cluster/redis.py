@@ -10,7 +10,9 @@ What is live lives here; what must last lives in the shared store (PostgreSQL):
   trimmed (approximately) to ``stream_retention`` entries: any instance's follower reads it
   after a seq, live or to resume.
 * ``PREFIX:inbox:INSTANCE`` — a list of commands forwarded to that instance; each answer goes
-  to ``PREFIX:reply:ID`` (expiring), where the asking instance waits for it.
+  to ``PREFIX:reply:ID`` (expiring), where the asking instance waits for it. ``PREFIX:taken:ID``
+  (expiring) makes each one run at most once: the owner sets it before acting, a sender that
+  gives up sets it to withdraw the command — whichever comes first wins.
 * ``PREFIX:ended:SESSION`` — set for a while when a session was deleted: its followers stop.
 * ``PREFIX:epoch`` — when this Redis began to hold the cluster (Redis's clock, ms; 0 for a fresh
   one). A Redis restarted without its data has none, and an instance that saw one before then
@@ -30,6 +32,7 @@ import logging
 import time
 import uuid
 from collections import deque
+from typing import Any
 
 import anyio
 import coredis
@@ -38,7 +41,7 @@ import msgspec
 from anyio.abc import TaskStatus
 from coredis.tokens import PureToken
 
-from kernel import ClusterHost, current_caller
+from kernel import ClusterHost, CommandWithdrawn, current_caller
 from kernel import model as m
 
 log = logging.getLogger("gateway.cluster")
@@ -66,6 +69,20 @@ local wait = tonumber(epoch) + tonumber(ARGV[2]) - now_ms
 if wait > 0 then return wait end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return ''
+"""
+#: A session's events, from the instance that runs it, into its stream — unless another
+#: instance holds the session's lease now (then -1: nothing is added, and this one learns it
+#: lost the session). A missing lease (a restarted Redis) still lets its owner publish. Entries
+#: whose seq is already there (a batch sent again) are skipped and counted.
+_PUBLISH = """
+local owner = redis.call('GET', KEYS[1])
+if owner and owner ~= ARGV[1] then return -1 end
+local skipped = 0
+for i = 3, #ARGV, 2 do
+  local added = redis.pcall('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], ARGV[i], 'e', ARGV[i + 1])
+  if type(added) == 'table' and added.err then skipped = skipped + 1 end
+end
+return skipped
 """
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -135,6 +152,8 @@ class RedisCluster:
         self._outbox: deque[m.Event | _Ended] = deque(maxlen=outbox_limit)
         self._wake = anyio.Event()
         self._down = False
+        self._host: ClusterHost | None = None  # told when a session's lease turns out lost
+        self._flushing = anyio.Lock()  # one flush at a time: a session's events reach its stream in order
 
     def __repr__(self) -> str:
         return f"RedisCluster(instance={self.instance_id!r}, prefix={self.prefix!r})"
@@ -173,6 +192,7 @@ class RedisCluster:
     # -------------------------------------------------------------- background
 
     async def run(self, host: ClusterHost, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        self._host = host
         async with self._client, anyio.create_task_group() as tg:
             tg.start_soon(self._renew_leases, host)
             tg.start_soon(self._serve_forwarded, host, tg)
@@ -198,8 +218,7 @@ class RedisCluster:
                     self._report(exc)
                     break
                 if not kept:
-                    self._owned.discard(session_id)
-                    host.lease_lost(session_id)
+                    self._lost(session_id)
 
     async def _serve_forwarded(self, host: ClusterHost, tg: anyio.abc.TaskGroup) -> None:
         inbox = self._inbox_key(self.instance_id)
@@ -223,6 +242,14 @@ class RedisCluster:
         if request.expires and time.time() > request.expires:
             log.warning("cluster: dropped a forwarded %s whose sender stopped waiting", type(request.command).__name__)
             return
+        try:  # taken exactly once: not after its sender withdrew it, nor a second copy of it
+            taken = await self._client.set(self._taken_key(request.id), self.instance_id.encode(), condition=PureToken.NX, px=self._taken_ttl_ms)
+        except _REDIS_ERRORS as exc:
+            self._report(exc)  # its sender cannot be answered either: it gives up, or withdraws it
+            return
+        if not taken:
+            log.info("cluster: skipped a forwarded %s its sender had withdrawn", type(request.command).__name__)
+            return
         try:
             answer = Answered(reply=await host.execute_forwarded(request.command, request.caller))
         except m.KernelError as exc:
@@ -244,29 +271,59 @@ class RedisCluster:
             await self._flush()
 
     async def _flush(self) -> None:
+        """Publish the outbox: each session's events in one fenced script (``_PUBLISH``), in
+        the order they were emitted; a deletion after the session's earlier events."""
+        async with self._flushing:
+            await self._flush_outbox()
+
+    async def _flush_outbox(self) -> None:
         while self._outbox:
             batch = [self._outbox.popleft() for _ in range(min(len(self._outbox), 512))]
+            steps: list[tuple[str, list[m.Event]] | _Ended] = []
+            open_groups: dict[str, list[m.Event]] = {}
+            for item in batch:
+                if isinstance(item, _Ended):
+                    open_groups.pop(item.session_id, None)
+                    steps.append(item)
+                    continue
+                group = open_groups.get(item.session_id)
+                if group is None:
+                    group = open_groups[item.session_id] = []
+                    steps.append((item.session_id, group))
+                group.append(item)
+            sent: list[tuple[str, Any]] = []
             try:
                 async with self._client.pipeline(transaction=False) as pipe:
-                    for item in batch:
-                        if isinstance(item, _Ended):
-                            pipe.set(self._ended_key(item.session_id), b"1", px=60_000)
-                            pipe.delete([self._events_key(item.session_id)])
+                    for step in steps:
+                        if isinstance(step, _Ended):
+                            pipe.set(self._ended_key(step.session_id), b"1", px=60_000)
+                            pipe.delete([self._events_key(step.session_id)])
                             continue
-                        pipe.xadd(
-                            self._events_key(item.session_id),
-                            {b"e": _encode(item)},
-                            identifier=f"{item.seq}-0",
-                            trim_strategy=PureToken.MAXLEN,
-                            trim_operator=PureToken.APPROXIMATELY,
-                            threshold=self.stream_retention,
-                        )
+                        session_id, events = step
+                        args: list[str | bytes | int] = [self.instance_id, self.stream_retention]
+                        for event in events:
+                            args += [f"{event.seq}-0", _encode(event)]
+                        sent.append((session_id, pipe.eval(_PUBLISH, keys=[self._owner_key(session_id), self._events_key(session_id)], args=args)))
                 self._recovered()
             except _REDIS_ERRORS as exc:
                 self._report(exc)  # remote followers will see the gap in the seqs
                 return
             except coredis.exceptions.ResponseError as exc:
                 log.warning("cluster: events not published: %s", exc)
+                continue
+            for session_id, result in sent:
+                outcome = await result
+                if outcome == -1:
+                    self._lost(session_id)
+                elif isinstance(outcome, int) and outcome > 0:
+                    log.warning("cluster: %d events of session %s were already in its stream: not published again", outcome, session_id)
+
+    def _lost(self, session_id: str) -> None:
+        """Another instance holds the session's lease: stop running it here."""
+        if session_id in self._owned:
+            self._owned.discard(session_id)
+            if self._host is not None:
+                self._host.lease_lost(session_id)
 
     # -------------------------------------------------------------- ownership
 
@@ -317,6 +374,9 @@ class RedisCluster:
             raise self._unavailable(exc) from None
 
     async def release(self, session_id: str) -> None:
+        """Its last events go out first: once the lease is free, another instance may take the
+        session, and an event of ours published after that would be refused (``_PUBLISH``)."""
+        await self._flush()
         self._owned.discard(session_id)
         try:
             await self._client.eval(_RELEASE, keys=[self._owner_key(session_id)], args=[self.instance_id])
@@ -327,47 +387,81 @@ class RedisCluster:
 
     async def forward(self, owner: str, command: m.Command) -> m.Reply:
         """Push the command into the owner's inbox and wait for its answer, checking the
-        owner's lease every ``lease_check_s``: once the lease is gone (or another's) and the
-        command is still in the inbox, it is taken back (``LREM``, atomic: the owner either
-        took it or never will) and ``unavailable`` is raised, so the caller takes the session
-        over within the lease, not the forward timeout."""
+        owner's lease every ``lease_check_s``. Each command is carried out at most once: the
+        owner marks it taken (``PREFIX:taken:ID``, ``SET NX``) before it acts, and whoever
+        gives up on it marks it withdrawn the same way — the first mark wins. So once the
+        lease is gone, a command withdrawn in time raises :class:`CommandWithdrawn` (the
+        caller takes the session over and carries it out itself, within the lease, not the
+        forward timeout); one the owner took is waited for one more lease (a live owner that
+        lost its lease still answers), then ``owner_lost``. A Redis failure while waiting is
+        ``unavailable`` after the same attempt to withdraw."""
         request = Forwarded(id=uuid.uuid4().hex, command=command, expires=time.time() + self.forward_timeout_s, caller=current_caller())
         payload, inbox = _encode(request), self._inbox_key(owner)
         lease = self._owner_key(getattr(command, "session_id", None) or "")
         deadline = anyio.current_time() + self.forward_timeout_s
         popped = None
-        pushed = taken = False
+        owner_gone = False  # the lease left the owner after it took the command
         try:
             await self._client.lpush(inbox, [payload])
-            pushed = True
             while (left := deadline - anyio.current_time()) > 0:
                 popped = await self._client.blpop([f"{self.prefix}:reply:{request.id}"], timeout=min(left, self.lease_check_s))
                 if popped:
                     break
-                if not taken and await self._client.get(lease) != owner.encode():
-                    taken = True
-                    if await self._client.lrem(inbox, 1, payload):
-                        raise m.KernelError("unavailable", f"the lease of gateway instance {owner} expired before it took the command")
-                    # It took the command before its lease went: its answer may still come.
+                if not owner_gone and await self._client.get(lease) != owner.encode():
+                    if await self._withdraw(request.id, inbox, payload):
+                        raise CommandWithdrawn(f"the lease of gateway instance {owner} expired before it took the command")
+                    owner_gone = True  # it took the command before its lease went: its answer may still come
+                    deadline = min(deadline, anyio.current_time() + self.lease_ms / 1000)
+        except m.KernelError:
+            raise
         except _REDIS_ERRORS as exc:
-            raise self._unavailable(exc) from None
-        finally:
-            if pushed and not popped and not taken:
-                # Given up (the timeout, or this instance stopping): a command the owner has
-                # not taken yet is taken back, so it never runs after its client was told to
-                # retry (a retry elsewhere would store the prompt twice).
-                with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
-                    try:
-                        await self._client.lrem(inbox, 1, payload)
-                    except _REDIS_ERRORS:
-                        pass  # Redis is away: the owner drops it once it expires
-        if not popped:
-            raise m.KernelError("unavailable", f"gateway instance {owner} did not answer within {self.forward_timeout_s:g}s")
-        answer = _decode_answered(popped[1])
-        if answer.error is not None:
-            raise m.KernelError(answer.error.code, answer.error.message, answer.error.details)
-        assert answer.reply is not None
-        return answer.reply
+            unreachable = self._unavailable(exc)
+            if await self._give_up(request.id, inbox, payload):
+                raise CommandWithdrawn(unreachable.message) from None
+            raise unreachable from None
+        except BaseException:  # this instance is stopping: the command must not run after its client was answered
+            await self._give_up(request.id, inbox, payload)
+            raise
+        if popped:
+            answer = _decode_answered(popped[1])
+            if answer.error is not None:
+                raise m.KernelError(answer.error.code, answer.error.message, answer.error.details)
+            assert answer.reply is not None
+            return answer.reply
+        name = type(command).__name__
+        if owner_gone:
+            raise m.KernelError(
+                "owner_lost", f"gateway instance {owner} took the {name} and stopped before answering (it may have been carried out)"
+            )
+        if await self._give_up(request.id, inbox, payload):
+            raise CommandWithdrawn(f"gateway instance {owner} did not take the {name} within {self.forward_timeout_s:g}s")
+        raise m.KernelError("unavailable", f"gateway instance {owner} took the {name} and did not answer within {self.forward_timeout_s:g}s")
+
+    async def _withdraw(self, forward_id: str, inbox: str, payload: bytes) -> bool:
+        """Mark a forwarded command withdrawn unless its owner took it first: True when it
+        will never run. It is also taken out of the inbox, so nobody pops it for nothing."""
+        won = await self._client.set(self._taken_key(forward_id), b"-", condition=PureToken.NX, px=self._taken_ttl_ms)
+        if won:
+            await self._client.lrem(inbox, 0, payload)
+        return bool(won)
+
+    async def _give_up(self, forward_id: str, inbox: str, payload: bytes) -> bool:
+        """:meth:`_withdraw` while giving up (shielded, briefly): False also when Redis cannot
+        say (the owner drops the command once it expires)."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+            try:
+                return await self._withdraw(forward_id, inbox, payload)
+            except _REDIS_ERRORS:
+                pass
+        return False
+
+    def _taken_key(self, forward_id: str) -> str:
+        return f"{self.prefix}:taken:{forward_id}"
+
+    @property
+    def _taken_ttl_ms(self) -> int:
+        """A taken/withdrawn mark outlives every copy of its command (they expire at the forward timeout)."""
+        return int(self.forward_timeout_s * 2000) + self.lease_ms
 
     # -------------------------------------------------------------- events
 

@@ -26,7 +26,7 @@ import anyio.to_thread
 import msgspec
 import psycopg
 
-from kernel import KEY_COLUMNS, KEY_USAGE_SQL, KeyRecord, SessionRecord, key_body, key_of_row
+from kernel import KEY_COLUMNS, KEY_USAGE_SQL, KeyRecord, SessionRecord, check_fence, key_body, key_of_row
 from kernel import model as m
 
 T = TypeVar("T")
@@ -164,18 +164,22 @@ class PostgresStore:
 
     # -------------------------------------------------------------- messages
 
-    async def append_messages(self, session_id: str, messages: Sequence[m.Message], cap: int) -> None:
+    async def take_session(self, session_id: str) -> int:
+        row = await self.call(lambda c: c.execute("UPDATE sessions SET fence=fence+1 WHERE session_id=%s RETURNING fence", (session_id,)).fetchone())
+        return 0 if row is None else int(row[0])
+
+    async def append_messages(self, session_id: str, messages: Sequence[m.Message], cap: int, fence: int | None = None) -> None:
         rows = [(session_id, _encode(msg), msg.created_at or time.time()) for msg in messages]
 
         def run(conn: psycopg.Connection[Any]) -> None:
             with conn.transaction(), conn.cursor() as cur:
+                check_fence(cur, session_id, fence, "%s")
                 cur.executemany("INSERT INTO messages(session_id, body, created_at) VALUES (%s,%s,%s)", rows)
                 cur.execute(
                     "DELETE FROM messages WHERE session_id=%s AND id NOT IN"
                     " (SELECT id FROM messages WHERE session_id=%s ORDER BY id DESC LIMIT %s)",
                     (session_id, session_id, cap),
                 )
-                cur.execute("UPDATE sessions SET updated_at=%s WHERE session_id=%s", (time.time(), session_id))
 
         await self.call(run)
 
@@ -189,11 +193,12 @@ class PostgresStore:
 
         return await self.call(run)
 
-    async def replace_messages(self, session_id: str, messages: Sequence[m.Message]) -> None:
+    async def replace_messages(self, session_id: str, messages: Sequence[m.Message], fence: int | None = None) -> None:
         rows = [(session_id, _encode(msg), msg.created_at or time.time()) for msg in messages]
 
         def run(conn: psycopg.Connection[Any]) -> None:
             with conn.transaction(), conn.cursor() as cur:
+                check_fence(cur, session_id, fence, "%s")
                 cur.execute("DELETE FROM messages WHERE session_id=%s", (session_id,))
                 cur.executemany("INSERT INTO messages(session_id, body, created_at) VALUES (%s,%s,%s)", rows)
 
@@ -280,6 +285,9 @@ CREATE TABLE IF NOT EXISTS kv (
 );
 -- Sessions' owners (the key that created them; before keys: the admin) and the API keys.
 ALTER TABLE sessions ADD COLUMN IF NOT EXISTS owner TEXT NOT NULL DEFAULT 'admin';
+-- The fence of each session: bumped by each instance that takes it over; a history write that
+-- carries an older one is refused (kernel/store.py). Older gateways ignore it: a rolling upgrade works.
+ALTER TABLE sessions ADD COLUMN IF NOT EXISTS fence BIGINT NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS api_keys (
     name           TEXT PRIMARY KEY,
     secret_hash    TEXT NOT NULL UNIQUE,

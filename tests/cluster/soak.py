@@ -80,6 +80,7 @@ class Report:
     takeover_s: float | None = None
     events: list[str] = field(default_factory=list)
     stderr: dict[int, str] = field(default_factory=dict)
+    duplicate_rows: list[dict[str, Any]] = field(default_factory=list)  # a duplicate's stored rows
 
     def acknowledged(self) -> set[str]:
         return {a.prompt for a in self.attempts if a.acked} | {p for p in self.sent if self.stored[p]}
@@ -408,6 +409,24 @@ async def stored_prompts(store_url: str) -> Counter[str]:
     return await anyio.to_thread.run_sync(read)
 
 
+async def stored_rows(store_url: str, texts: set[str]) -> list[dict[str, Any]]:
+    """The stored user messages whose text is one of ``texts``, with where they came from
+    (session, row id, run and request ids, time): what a duplicate is traced back with."""
+
+    def read() -> list[dict[str, Any]]:
+        url, schema = split_url(store_url)
+        with psycopg.connect(url) as conn:
+            rows = conn.execute(f'SELECT id, session_id, body, created_at FROM "{schema}".messages ORDER BY id').fetchall()
+        found = []
+        for row_id, session_id, body, created_at in rows:
+            message = json.loads(bytes(body))
+            if message.get("role") == "user" and message.get("content") in texts:
+                found.append({"row": row_id, "session": session_id, "created_at": created_at, **{k: message.get(k) for k in ("content", "run_id", "request_id")}})
+        return found
+
+    return await anyio.to_thread.run_sync(read)
+
+
 @asynccontextmanager
 async def soak_cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     with postgres_schema() as store_url:
@@ -423,44 +442,55 @@ async def soak_cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
                 cluster.close()
 
 
-async def run_soak(tmp_path: Path, *, rounds: int = 1, calm_s: float = 4.0, settle_s: float = 2.0, per_dialect: int = 2) -> Report:
+async def run_soak(
+    tmp_path: Path, *, report: Report | None = None, rounds: int = 1, calm_s: float = 4.0, settle_s: float = 2.0, per_dialect: int = 2
+) -> Report:
     """``rounds`` of: SIGTERM and restart each instance in turn; then (first round) a SIGKILL
-    with the takeover probe, and a Redis restart. Clients run throughout."""
-    report = Report()
+    with the takeover probe, and a Redis restart. Clients run throughout. ``report`` is filled
+    as it goes (the instances' logs too, also when the soak fails)."""
+    report = report if report is not None else Report()
     async with soak_cluster(tmp_path) as cluster:
-        soak = Soak(cluster, report)
-        first = cluster.live[0]
-        assert first is not None
-        async with httpx.AsyncClient(base_url=first.urls["openfang"], timeout=10) as client:
-            soak.agent = (await client.get("/api/agents")).json()[0]["id"]
-        async with httpx.AsyncClient(base_url=first.urls["http"], timeout=10) as client:
-            for number in range(per_dialect):
-                await client.post("/v1/sessions", json={"session_id": f"soak-http-{number}"})
-        async with anyio.create_task_group() as clients:
-            for number in range(per_dialect):
-                clients.start_soon(soak.openfang_conversation, number)
-                clients.start_soon(soak.http_conversation, number)
-                clients.start_soon(soak.agent_cli_conversation, number)
-            await anyio.sleep(calm_s)
-            soak.phase = "rolling"
-            for round_ in range(rounds):
-                for index in range(len(BACKENDS) - 1):
-                    await cluster.stop(index, report, signal.SIGTERM)
-                    await cluster.start(index)
-                    await anyio.sleep(settle_s)
-                victim = len(BACKENDS) - 1
-                if round_ == 0:
-                    await soak.probe_takeover(victim)
-                else:
-                    await cluster.stop(victim, report, signal.SIGTERM)
-                await cluster.start(victim)
-                await anyio.sleep(settle_s)
-                if round_ == 0:
-                    cluster.restart_redis(report)
-                    await anyio.sleep(settle_s)
-            soak.running = False  # each client ends with its prompt in flight
-        report.stored = await stored_prompts(cluster.store_url)
-        for index, child in cluster.live.items():
-            if child is not None:
-                report.stderr[index] = report.stderr.get(index, "") + stderr_of(child)
+        try:
+            await _soak(cluster, report, rounds=rounds, calm_s=calm_s, settle_s=settle_s, per_dialect=per_dialect)
+            report.stored = await stored_prompts(cluster.store_url)
+            if report.duplicated():
+                report.duplicate_rows = await stored_rows(cluster.store_url, set(report.duplicated()))
+        finally:
+            for index, child in cluster.live.items():
+                if child is not None:
+                    report.stderr[index] = report.stderr.get(index, "") + stderr_of(child)
     return report
+
+
+async def _soak(cluster: Cluster, report: Report, *, rounds: int, calm_s: float, settle_s: float, per_dialect: int) -> None:
+    soak = Soak(cluster, report)
+    first = cluster.live[0]
+    assert first is not None
+    async with httpx.AsyncClient(base_url=first.urls["openfang"], timeout=10) as client:
+        soak.agent = (await client.get("/api/agents")).json()[0]["id"]
+    async with httpx.AsyncClient(base_url=first.urls["http"], timeout=10) as client:
+        for number in range(per_dialect):
+            await client.post("/v1/sessions", json={"session_id": f"soak-http-{number}"})
+    async with anyio.create_task_group() as clients:
+        for number in range(per_dialect):
+            clients.start_soon(soak.openfang_conversation, number)
+            clients.start_soon(soak.http_conversation, number)
+            clients.start_soon(soak.agent_cli_conversation, number)
+        await anyio.sleep(calm_s)
+        soak.phase = "rolling"
+        for round_ in range(rounds):
+            for index in range(len(BACKENDS) - 1):
+                await cluster.stop(index, report, signal.SIGTERM)
+                await cluster.start(index)
+                await anyio.sleep(settle_s)
+            victim = len(BACKENDS) - 1
+            if round_ == 0:
+                await soak.probe_takeover(victim)
+            else:
+                await cluster.stop(victim, report, signal.SIGTERM)
+            await cluster.start(victim)
+            await anyio.sleep(settle_s)
+            if round_ == 0:
+                cluster.restart_redis(report)
+                await anyio.sleep(settle_s)
+        soak.running = False  # each client ends with its prompt in flight

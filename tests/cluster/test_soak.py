@@ -14,22 +14,27 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.cluster.soak import LEASE_S, run_soak
+from tests.cluster.soak import LEASE_S, Report, run_soak
 
 pytestmark = [pytest.mark.anyio, pytest.mark.soak]
 
 
 async def test_rolling_restart_loses_no_acknowledged_prompt_and_ends_every_stream_honestly(tmp_path: Path, anyio_backend: str) -> None:
-    with anyio.fail_after(240):  # a hang fails here, with its traceback
-        report = await run_soak(tmp_path)
-    for index, log in report.stderr.items():
-        (tmp_path / f"instance-{index}.log").write_text(log)
+    report = Report()
+    try:
+        with anyio.fail_after(240):  # a hang fails here, with its traceback
+            await run_soak(tmp_path, report=report)
+    finally:
+        for index, log in report.stderr.items():
+            (tmp_path / f"instance-{index}.log").write_text(log)
     summary = report.summary()
     print(json.dumps(summary, indent=1), file=sys.stderr)
     print("\n".join(report.events), file=sys.stderr)
     for attempt in report.attempts:
-        if attempt.ending in ("cut", "failed"):
+        if attempt.ending in ("cut", "failed") or attempt.prompt in report.duplicated():
             print(vars(attempt), file=sys.stderr)
+    for row in report.duplicate_rows:
+        print("stored twice:", row, file=sys.stderr)
     assert summary["acknowledged"] >= 30, summary  # the clients kept talking throughout
     assert report.lost() == [] and report.duplicated() == [], summary  # each acknowledged prompt stored exactly once
     assert report.without_terminal() == [], [vars(a) for a in report.without_terminal()]

@@ -116,6 +116,32 @@ async def test_every_method_of_the_protocol(make_store: StoreFactory) -> None:
         await reopened.close()
 
 
+async def test_a_write_with_a_fence_that_moved_on_is_refused_and_changes_nothing(make_store: StoreFactory) -> None:
+    """Fencing: the instance that took the session over last writes; one that lost it (its
+    fence is older) is refused with ``owner_lost`` — append and replace alike, nothing half done."""
+    store = make_store()
+    await store.open()
+    try:
+        await store.save_session(SessionRecord(session_id="f", agent_id="a", created_at=1.0))
+        first = await store.take_session("f")
+        await store.append_messages("f", [m.Message(role="user", content="by the first")], 100, fence=first)
+        second = await store.take_session("f")  # another instance takes the session over
+        assert second > first
+        for write in (
+            store.append_messages("f", [m.Message(role="user", content="late")], 100, fence=first),
+            store.replace_messages("f", [m.Message(role="user", content="late")], fence=first),
+        ):
+            with pytest.raises(m.KernelError) as refused:
+                await write
+            assert refused.value.code == "owner_lost"
+        await store.append_messages("f", [m.Message(role="assistant", content="by the second")], 100, fence=second)
+        await store.append_messages("f", [m.Message(role="assistant", content="unfenced")], 100)  # one process: no fence
+        assert [x.content for x in await store.load_messages("f")] == ["by the first", "by the second", "unfenced"]
+        assert await store.take_session("missing") == 0
+    finally:
+        await store.close()
+
+
 async def test_schema_version_and_wal(tmp_path: Path) -> None:
     path = tmp_path / "v.db"
     store = SQLiteStore(path)
@@ -181,7 +207,7 @@ async def test_a_v1_store_gets_tool_outcomes_once(tmp_path: Path) -> None:
         await store.close()
     assert [(msg.content, msg.outcome) for msg in messages[:-1]] == list(texts.items())
     assert messages[-1].outcome is None  # only tool messages have one
-    assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
 
 
 async def test_postgresql_stopped_and_started_again(tmp_path: Path) -> None:

@@ -1,0 +1,201 @@
+"""A command forwarded to a session's owner runs at most once (the soak's duplicate prompt).
+
+On the real Redis, with a fake host for the owner: a command the owner took before it died is
+answered ``owner_lost`` (never handed back to be run again), one withdrawn before the owner
+took it never runs there even when a stale copy reaches it later, and a second copy in the
+inbox (a retried ``LPUSH``) runs once. Then the routing rule, with a scripted cluster: after a
+failed forward the session is taken over, but the command is carried out again only when it
+was withdrawn or changes nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import msgspec
+import pytest
+from anyio.abc import TaskStatus
+
+from kernel import CommandWithdrawn, KernelError
+from kernel import model as m
+from kernel.routing import ClusterRouting
+from kernel.testing import running_kernel
+from plugins.cluster.redis import Forwarded, RedisCluster
+from tests.services import redis_url
+
+pytestmark = pytest.mark.anyio
+
+LEASE_S = 0.6
+
+
+class OwnerHost:
+    """The owner's kernel, as its cluster sees it: counts what it carries out."""
+
+    def __init__(self) -> None:
+        self.carried_out: list[m.Command] = []
+        self.took = anyio.Event()
+
+    async def execute_forwarded(self, command: m.Command, caller: m.Caller | None = None) -> m.Reply:
+        self.carried_out.append(command)
+        self.took.set()
+        return m.Done()
+
+    def lease_lost(self, session_id: str) -> None:
+        pass
+
+
+class DyingHost(OwnerHost):
+    """An owner that takes the command, carries it out, and dies before it can answer."""
+
+    def __init__(self, dies: anyio.CancelScope) -> None:
+        super().__init__()
+        self.dies = dies
+
+    async def execute_forwarded(self, command: m.Command, caller: m.Caller | None = None) -> m.Reply:
+        await super().execute_forwarded(command, caller)
+        self.dies.cancel()  # its process is gone: no answer, no more lease renewals
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+@asynccontextmanager
+async def two_instances() -> AsyncIterator[tuple[RedisCluster, RedisCluster]]:
+    prefix = f"gwtest-fwd-{uuid.uuid4().hex[:10]}"
+    url = redis_url()
+    owner = RedisCluster(url, instance_id=f"{prefix}-owner", key_prefix=prefix, lease_s=LEASE_S, forward_timeout_s=10.0)
+    sender = RedisCluster(url, instance_id=f"{prefix}-sender", key_prefix=prefix, lease_s=LEASE_S, forward_timeout_s=10.0)
+    async with sender._client:  # the owner's is entered by its ``run``
+        yield owner, sender
+
+
+async def frozen(owner: RedisCluster, session_id: str) -> None:
+    """``owner`` takes the session's lease and never renews it (its process is frozen)."""
+    twin = RedisCluster(owner.url, instance_id=owner.instance_id, key_prefix=owner.prefix, lease_s=LEASE_S)
+    async with twin._client:
+        assert await twin.claim(session_id) is None
+
+
+async def serve(cluster: RedisCluster, host: OwnerHost, scope: anyio.CancelScope, *, task_status: TaskStatus[None]) -> None:
+    with scope:
+        await cluster.run(host, task_status=task_status)
+
+
+async def test_a_command_the_owner_took_before_dying_is_answered_owner_lost_and_not_run_again() -> None:
+    async with two_instances() as (owner, sender), anyio.create_task_group() as tg:
+        dies = anyio.CancelScope()
+        host = DyingHost(dies)
+        await tg.start(serve, owner, host, dies)
+        assert await owner.claim("s") is None
+        started = anyio.current_time()
+        with pytest.raises(KernelError) as raised, anyio.fail_after(8):
+            await sender.forward(owner.instance_id, m.Prompt(session_id="s", text="once"))
+        waited = anyio.current_time() - started
+        assert raised.value.code == "owner_lost" and not isinstance(raised.value, CommandWithdrawn)
+        assert "may have been carried out" in raised.value.message
+        assert [type(c) for c in host.carried_out] == [m.Prompt]
+        # Its lease ran out, then one more lease for an answer that never came: not the forward timeout.
+        assert waited < 3 * LEASE_S + 1.0, waited
+        tg.cancel_scope.cancel()
+
+
+async def test_a_command_withdrawn_before_the_owner_took_it_never_runs_there() -> None:
+    async with two_instances() as (owner, sender), anyio.create_task_group() as tg:
+        await frozen(owner, "s")
+        command = m.Prompt(session_id="s", text="once")
+        with pytest.raises(CommandWithdrawn), anyio.fail_after(8):
+            await sender.forward(owner.instance_id, command)
+        inbox = owner._inbox_key(owner.instance_id)
+        assert await sender._client.llen(inbox) == 0  # taken back out of the inbox
+        # The frozen owner wakes up: even a copy that still reached its inbox is not carried out.
+        (taken,) = await sender._client.keys(f"{sender.prefix}:taken:*")
+        withdrawn_id = taken.decode().rsplit(":", 1)[1]
+        stale = Forwarded(id=withdrawn_id, command=command, expires=0.0)
+        await sender._client.lpush(inbox, [msgspec.json.encode(stale)])
+        host = OwnerHost()
+        await tg.start(serve, owner, host, anyio.CancelScope())
+        with anyio.fail_after(5):
+            while await sender._client.llen(inbox):
+                await anyio.sleep(0.02)
+        await anyio.sleep(0.2)
+        assert host.carried_out == []
+        tg.cancel_scope.cancel()
+
+
+async def test_a_second_copy_of_a_forwarded_command_runs_once() -> None:
+    async with two_instances() as (owner, sender), anyio.create_task_group() as tg:
+        await frozen(owner, "s")
+        request = Forwarded(id=uuid.uuid4().hex, command=m.Prompt(session_id="s", text="once"), expires=0.0)
+        payload = msgspec.json.encode(request)
+        inbox = owner._inbox_key(owner.instance_id)
+        await sender._client.lpush(inbox, [payload, payload])  # a push retried after its reply was lost
+        host = OwnerHost()
+        await tg.start(serve, owner, host, anyio.CancelScope())
+        with anyio.fail_after(5):
+            await host.took.wait()
+            while await sender._client.llen(inbox):
+                await anyio.sleep(0.02)
+        await anyio.sleep(0.2)
+        assert len(host.carried_out) == 1
+        tg.cancel_scope.cancel()
+
+
+# ------------------------------------------------------------------ the routing rule
+
+
+class ScriptedCluster:
+    """A cluster whose owner failed in a given way; every claim after it succeeds."""
+
+    instance_id = "here"
+
+    def __init__(self, failure: KernelError) -> None:
+        self.failure = failure
+        self.claims = 0
+
+    async def claim(self, session_id: str) -> str | None:
+        self.claims += 1
+        return "there" if self.claims == 1 else None
+
+    async def forward(self, owner: str, command: m.Command) -> m.Reply:
+        raise self.failure
+
+    async def owner(self, session_id: str) -> str | None:
+        return None
+
+    async def tail(self, session_id: str, count: int) -> list[m.Event]:
+        return []
+
+    def publish(self, event: m.Event) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("failure", "command", "carried_out_here"),
+    [
+        (CommandWithdrawn("withdrawn before the owner took it"), m.Prompt(session_id="s", text="hi"), True),
+        (KernelError("owner_lost", "took it and died"), m.Prompt(session_id="s", text="hi"), False),
+        (KernelError("unavailable", "Redis went away while waiting"), m.Prompt(session_id="s", text="hi"), False),
+        (KernelError("owner_lost", "took it and died"), m.GetHistory(session_id="s"), True),
+        (KernelError("unavailable", "Redis went away while waiting"), m.GetSession(session_id="s"), True),
+    ],
+)
+async def test_after_a_failed_forward_a_command_is_carried_out_here_only_when_it_cannot_run_twice(
+    failure: KernelError, command: m.Command, carried_out_here: bool
+) -> None:
+    async with running_kernel() as kernel:
+        await kernel.execute(m.OpenSession(session_id="s"))
+        await kernel.unload_session("s")  # stored, owned by nobody here
+        cluster = ScriptedCluster(failure)
+        routing = ClusterRouting(kernel, cluster)  # type: ignore[arg-type]
+        if carried_out_here:
+            reply = await routing.route(command)
+            assert reply is not None and not isinstance(reply, KernelError)
+        else:
+            with pytest.raises(KernelError) as raised:
+                await routing.route(command)
+            assert raised.value is failure  # the client is told; nothing ran here
+            history = await kernel.execute(m.GetHistory(session_id="s"))
+            assert history.messages == ()
+        assert "s" in kernel.sessions  # the session was taken over either way
