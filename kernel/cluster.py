@@ -92,6 +92,11 @@ class Cluster(Protocol):
         """Take the session's lease (or keep it): None when this instance owns it now,
         else the owner's instance id."""
 
+    async def confirm(self, session_id: str) -> str | None:
+        """For a session loaded here: keep its lease (renewed, or taken again if it lapsed
+        with nobody else taking it) and return None — or, when another instance holds it now,
+        that instance's id (this one stalled past its lease)."""
+
     async def owner(self, session_id: str) -> str | None:
         """The instance holding the session's lease, if any (nothing is claimed)."""
 
@@ -151,7 +156,10 @@ class RemoteSubscription:
     mirrors into the stream.
     """
 
-    def __init__(self, ask: Callable[[m.GetSession], Awaitable[m.SessionOpened]], cluster: Cluster, session_id: str, after_seq: int, client: str | None) -> None:
+    def __init__(
+        self, ask: Callable[[m.GetSession], Awaitable[m.SessionOpened]], cluster: Cluster, session_id: str, after_seq: int, client: str | None,
+        *, resumed: bool = False,
+    ) -> None:
         # ``Kernel.execute`` for GetSession: routed, so it reaches the owner or takes over.
         self._ask = ask
         self._cluster = cluster
@@ -161,6 +169,8 @@ class RemoteSubscription:
         self._read_seq = after_seq
         self._closed = False
         self.client = client
+        # Made to resume after a seq (not "from now"): the stream's silence then says nothing.
+        self._resumed = resumed
         # Runs whose start was read and whose end was not yet (their request ids): if the
         # session no longer runs one of them, its end was lost (the owner died while Redis was
         # away); when this instance stops first, they end here with its reason.
@@ -206,6 +216,11 @@ class RemoteSubscription:
         the notice that they are gone) ready when it is made: a follower that resumes relies on it."""
         events = await self._cluster.read(self._session_id, self._read_seq, 0.001)
         self._take_in(events)
+        if self._resumed and not self._buffer and not self._closed:
+            # Nothing after the seq it resumes from: the session may be further on all the
+            # same (a restarted Redis lost those events) — then that is a gap, told at once,
+            # or a follower resuming after a loss would wait for the end of a run already over.
+            await self._check_position()
 
     async def _fill(self) -> None:
         try:
@@ -277,7 +292,7 @@ class RemoteSubscription:
         if reply.session.last_seq <= self._read_seq and not lost_end:
             return
         try:
-            events = await self._cluster.read(self._session_id, self._read_seq, 0.1)  # its last events may just have come
+            events = await self._cluster.read(self._session_id, self._read_seq, OWNER_CHECK_S)  # its last events may be on their way
         except KernelError:
             return
         if events is None:

@@ -444,12 +444,23 @@ class Kernel:
         return await self.keys.views()
 
     def lease_lost(self, session_id: str) -> None:
-        """Another instance owns the session now (our lease expired): stop running it here."""
+        """Another instance owns the session now (our lease expired): stop running it here.
+        Its runs end ``owner_lost`` (never a whole-looking answer: what they would still
+        write is refused by the store's fence anyway), and their ends reach the clients here
+        before the session is closed."""
         session = self.sessions.pop(session_id, None)
-        if session is not None:
-            log.warning("lost the lease of session %s to another instance: unloading it", session_id)
-            session.interrupt(closing=True)
+        if session is None:
+            return
+        log.warning("lost the lease of session %s to another instance: unloading it", session_id)
+        session.interrupt(closing=True, cause="owner_lost")
+        assert self._task_group is not None
+
+        async def close_when_idle() -> None:
+            with anyio.move_on_after(self.shutdown_grace_s):
+                await session.wait_idle()
             session.close()
+
+        self._task_group.start_soon(close_when_idle, name=f"letting session {session_id} go")
 
     # -------------------------------------------------------------- commands
 

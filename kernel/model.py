@@ -652,7 +652,9 @@ class TurnStarted(RunEvent, frozen=True, tag="turn_started"):
 
 #: Why a run was interrupted: a client's interrupt command (or the client leaving), the
 #: gateway draining or shutting down, or the run outliving a dialect's timeout.
-InterruptCause = Literal["client", "drain", "shutdown", "timeout"]
+#: Why a run was interrupted: the client asked; the gateway drains or shuts down; it ran out of
+#: time; this instance lost the session to another (``owner_lost``: its lease ran out).
+InterruptCause = Literal["client", "drain", "shutdown", "timeout", "owner_lost"]
 
 
 class RunFinished(RunEvent, frozen=True, tag="run_finished"):
@@ -730,6 +732,9 @@ _INTERRUPT_ERRORS: dict[str, ErrorInfo] = {
     "drain": ErrorInfo(code="draining", message="The gateway is draining: the run was interrupted before its answer was complete"),
     "shutdown": ErrorInfo(code="draining", message="The gateway shut down: the run was interrupted before its answer was complete"),
     "timeout": ErrorInfo(code="timeout", message="The run did not end in time: it was interrupted before its answer was complete"),
+    "owner_lost": ErrorInfo(
+        code="owner_lost", message="Another gateway instance took the session over: the run was interrupted before its answer was complete"
+    ),
 }
 
 

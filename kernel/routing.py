@@ -63,6 +63,10 @@ class RoutingHost(Protocol):
 
     async def execute_forwarded(self, command: m.Command, caller: m.Caller = m.LOCAL_CALLER) -> m.Reply: ...
 
+    def lease_lost(self, session_id: str) -> None:
+        """Another instance runs the session now: let it go here."""
+        ...
+
     async def execute(self, command: m.GetSession, caller: m.Caller = m.LOCAL_CALLER) -> m.SessionOpened:
         """Routed (what a remote subscription asks the session's owner)."""
         ...
@@ -76,8 +80,15 @@ class ClusterRouting:
     async def route(self, command: m.Command) -> m.Reply | None:
         """The reply when another instance carries ``command`` out; None: carry it out here."""
         cluster, host = self.cluster, self.host
-        if not isinstance(command, ROUTED) or command.session_id is None or command.session_id in host.sessions:
+        if not isinstance(command, ROUTED) or command.session_id is None:
             return None
+        if command.session_id in host.sessions:
+            if not isinstance(command, m.RUN_COMMANDS) or host.draining:
+                return None
+            # A run only where the lease still is (it would be refused by the store's fence
+            # elsewhere): otherwise it goes to the instance that took the session over.
+            owner = await self._lost_to(command.session_id)
+            return None if owner is None else await self._forward(owner, command)
         if host.draining:
             # A draining instance gives leases up and never takes one: an owner elsewhere
             # carries the command out, else the client retries (reaching another instance).
@@ -89,6 +100,14 @@ class ClusterRouting:
         if owner is None:
             return None
         return await self._forward(owner, command)
+
+    async def _lost_to(self, session_id: str) -> str | None:
+        """A session loaded here: None while its lease is ours (kept) — else the instance that
+        took it over while this one stalled past the lease; the session is let go here."""
+        owner = await self.cluster.confirm(session_id)
+        if owner is not None:
+            self.host.lease_lost(session_id)
+        return owner
 
     async def _forward(self, owner: str, command: m.Command) -> m.Reply:
         if isinstance(command, m.ConfigureSession) and (command.files is not msgspec.UNSET or command.tool_sources is not msgspec.UNSET):
@@ -193,8 +212,10 @@ class ClusterRouting:
         """The shared stream of a session another instance owns (None: it is, or becomes, ours)."""
         cluster = self.cluster
         if session_id in self.host.sessions:
-            return None
-        if self.host.draining:  # follow wherever it runs, but take no lease
+            if self.host.draining:
+                return None
+            owner = await self._lost_to(session_id)
+        elif self.host.draining:  # follow wherever it runs, but take no lease
             owner = await cluster.owner(session_id)
             if owner is None or owner == cluster.instance_id:
                 raise draining_error()
@@ -202,9 +223,10 @@ class ClusterRouting:
             owner = await cluster.claim(session_id)
         if owner is None:
             return None
+        resumed = after_seq is not None
         if after_seq is None:  # from now on: the stream's end — or, when it holds nothing, the session's
             tail = await cluster.tail(session_id, 1)  # (a restarted Redis lost it: the seqs go on from there)
             after_seq = tail[-1].seq if tail else (await self.host.execute(m.GetSession(session_id=session_id))).session.last_seq
-        remote = RemoteSubscription(self.host.execute, cluster, session_id, after_seq, client)
+        remote = RemoteSubscription(self.host.execute, cluster, session_id, after_seq, client, resumed=resumed)
         await remote.prime()
         return remote

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -154,13 +155,12 @@ class SQLiteStore:
         if version < 3:  # v3: sessions have a title (their first prompt, shortened)
             conn.execute("ALTER TABLE sessions ADD COLUMN title TEXT")
         if version < 2:  # v2: tool messages say how the call ended (``Message.outcome``)
-            with conn:
-                rows = conn.execute("SELECT id, body FROM messages").fetchall()
-                for row_id, body in rows:
-                    message = _decode_message(body)
-                    if message.role == "tool" and message.outcome is None:
-                        fixed = msgspec.structs.replace(message, outcome=outcome_of_v1_text(message.content))
-                        conn.execute("UPDATE messages SET body=? WHERE id=?", (_encode(fixed), row_id))
+            rows = conn.execute("SELECT id, body FROM messages").fetchall()
+            for row_id, body in rows:
+                message = _decode_message(body)
+                if message.role == "tool" and message.outcome is None:
+                    fixed = msgspec.structs.replace(message, outcome=outcome_of_v1_text(message.content))
+                    conn.execute("UPDATE messages SET body=? WHERE id=?", (_encode(fixed), row_id))
 
     def _open_sync(self) -> None:
         if self.path != ":memory:":
@@ -175,8 +175,11 @@ class SQLiteStore:
             raise RuntimeError(f"store {self.path} has schema {version}, newer than this gateway ({SCHEMA_VERSION})")
         conn.executescript(_SCHEMA)
         if 0 < version < SCHEMA_VERSION:
-            self._migrate(conn, version)
-        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            with _transaction(conn):
+                self._migrate(conn, version)
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        else:
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         self._conn = conn
 
     async def close(self) -> None:
@@ -215,7 +218,7 @@ class SQLiteStore:
 
     async def delete_session(self, session_id: str) -> None:
         def run(conn: sqlite3.Connection) -> None:
-            with conn:
+            with _transaction(conn):
                 conn.execute("DELETE FROM messages WHERE session_id=?", (session_id,))
                 conn.execute("DELETE FROM sessions WHERE session_id=?", (session_id,))
 
@@ -229,14 +232,14 @@ class SQLiteStore:
         rows = [(session_id, _encode(m), m.created_at or time.time()) for m in messages]
 
         def run(conn: sqlite3.Connection) -> None:
-            with conn:
-                check_fence(conn, session_id, fence, "?")
+            with _transaction(conn):
                 conn.executemany("INSERT INTO messages(session_id, body, created_at) VALUES (?,?,?)", rows)
                 conn.execute(
                     "DELETE FROM messages WHERE session_id=? AND id NOT IN"
                     " (SELECT id FROM messages WHERE session_id=? ORDER BY id DESC LIMIT ?)",
                     (session_id, session_id, cap),
                 )
+                check_fence(conn, session_id, fence, "?")
 
         await self.call(run)
 
@@ -255,10 +258,10 @@ class SQLiteStore:
         rows = [(session_id, _encode(m), m.created_at or time.time()) for m in messages]
 
         def run(conn: sqlite3.Connection) -> None:
-            with conn:
-                check_fence(conn, session_id, fence, "?")
+            with _transaction(conn):
                 conn.execute("DELETE FROM messages WHERE session_id=?", (session_id,))
                 conn.executemany("INSERT INTO messages(session_id, body, created_at) VALUES (?,?,?)", rows)
+                check_fence(conn, session_id, fence, "?")
 
         await self.call(run)
 
@@ -280,7 +283,7 @@ class SQLiteStore:
     async def insert_key(self, record: KeyRecord) -> bool:
         """A new key; a revoked key's name may be used again. False: the name is taken."""
         def run(conn: sqlite3.Connection) -> bool:
-            with conn:
+            with _transaction(conn):
                 conn.execute("DELETE FROM api_keys WHERE name=? AND revoked_at IS NOT NULL", (record.name,))
                 cur = conn.execute(
                     "INSERT INTO api_keys(name, secret_hash, body) VALUES (?,?,?) ON CONFLICT(name) DO NOTHING",
@@ -320,10 +323,26 @@ class SQLiteStore:
         await self.call(lambda c: c.execute(KEY_USAGE_SQL.replace("%s", "?"), (day, requests, day, tokens, day, requests, tokens, name)))
 
 
+@contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """One transaction. The connection is in autocommit mode (``isolation_level=None``), where
+    ``with conn:`` starts none: each statement of a write that must be whole (a history
+    replaced, a refused fenced write) would have been committed on its own."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
 def check_fence(conn: Any, session_id: str, fence: int | None, mark: str) -> None:
-    """The first statement of a history write's transaction (both stores; ``mark`` is the
+    """The last statement of a history write's transaction (both stores; ``mark`` is the
     driver's placeholder): the session is touched — when the write is fenced, only while
-    ``fence`` is still the session's (the row lock this takes orders it against a takeover's)."""
+    ``fence`` is still the session's, else the transaction is rolled back. Its row lock orders
+    it against a takeover's; last, so that every write locks messages before sessions (a
+    schema check of an instance starting locks them in that order too: no deadlock)."""
     if fence is None:
         conn.execute(f"UPDATE sessions SET updated_at={mark} WHERE session_id={mark}", (time.time(), session_id))
         return

@@ -84,6 +84,14 @@ for i = 3, #ARGV, 2 do
 end
 return skipped
 """
+#: ``confirm``: the lease of a session this instance runs is kept (renewed, or set again if it
+#: lapsed and nobody took it: ``""``), or the instance that holds it now is named.
+_CONFIRM = """
+local owner = redis.call('GET', KEYS[1])
+if owner and owner ~= ARGV[1] then return owner end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return ''
+"""
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -104,6 +112,23 @@ return '0'
 _encode = msgspec.json.Encoder().encode
 _decode_event = msgspec.json.Decoder(m.Event).decode
 _REDIS_ERRORS = (coredis.exceptions.ConnectionError, coredis.exceptions.BusyLoadingError, TimeoutError, OSError)
+
+
+class SlotKeepingPool(coredis.ConnectionPool):
+    """coredis's connection pool, minus a leak (coredis 6.9): a connection that is no longer
+    usable when it is released — every blocking command (``BLPOP``, ``XREAD BLOCK``) cancelled
+    while it waits is disconnected so — is dropped without giving its slot back. After
+    ``max_connections`` (64) such cancellations every command waits for a blocking one to
+    return: lease renewals took 0.5-2 s and leases expired on a busy instance (the soak's
+    second owners). Here the slot comes back, and a new connection is made on demand."""
+
+    def release(self, connection: Any) -> None:
+        if connection.usable:
+            super().release(connection)
+            return
+        self.statistics.connection_released(connection)
+        if not self._available_connections.full():
+            self._available_connections.put_nowait(None)
 
 
 class Forwarded(msgspec.Struct, frozen=True):
@@ -145,7 +170,7 @@ class RedisCluster:
         # How often a forwarded command checks its owner's lease while it waits for the answer.
         self.lease_check_s = min(lease_s / 5, 0.5)
         self.stream_retention = stream_retention
-        self._client: coredis.Redis[bytes] = coredis.Redis.from_url(url)
+        self._client: coredis.Redis[bytes] = coredis.Redis(connection_pool=SlotKeepingPool.from_url(url))
         self._owned: set[str] = set()
         # Whether this instance has seen the cluster's epoch key (then a missing one is a restart).
         self._seen_epoch = False
@@ -208,16 +233,22 @@ class RedisCluster:
                 await self.release(session_id)
 
     async def _renew_leases(self, host: ClusterHost) -> None:
+        """Every third of a lease, all of this instance's leases in one round trip."""
         while True:
             await anyio.sleep(self.lease_ms / 3000)
-            for session_id in list(self._owned):
-                try:
-                    kept = await self._client.eval(_RENEW, keys=[self._owner_key(session_id)], args=[self.instance_id, self.lease_ms])
-                    self._recovered()
-                except _REDIS_ERRORS as exc:
-                    self._report(exc)
-                    break
-                if not kept:
+            owned = list(self._owned)
+            if not owned:
+                continue
+            try:
+                async with self._client.pipeline(transaction=False) as pipe:
+                    renewals = [pipe.eval(_RENEW, keys=[self._owner_key(session_id)], args=[self.instance_id, self.lease_ms]) for session_id in owned]
+                kept = [await renewal for renewal in renewals]
+                self._recovered()
+            except _REDIS_ERRORS as exc:
+                self._report(exc)
+                continue
+            for session_id, still_ours in zip(owned, kept, strict=True):
+                if not still_ours:
                     self._lost(session_id)
 
     async def _serve_forwarded(self, host: ClusterHost, tg: anyio.abc.TaskGroup) -> None:
@@ -346,6 +377,14 @@ class RedisCluster:
                 return None  # ours already: keep running it while Redis is away
             raise self._unavailable(exc) from None
         raise m.KernelError("unavailable", f"the lease of session {session_id} keeps changing hands")
+
+    async def confirm(self, session_id: str) -> str | None:
+        try:
+            got = await self._client.eval(_CONFIRM, keys=[self._owner_key(session_id)], args=[self.instance_id, self.lease_ms])
+        except _REDIS_ERRORS:
+            return None  # Redis is away: nobody can take the session from us meanwhile
+        owner = got.decode() if isinstance(got, bytes) else str(got)
+        return owner or None
 
     async def owner(self, session_id: str) -> str | None:
         try:

@@ -106,7 +106,15 @@ class PostgresStore:
                 conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"gateway store schema {self.schema}",))
                 conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
                 conn.execute(f'SET LOCAL search_path TO "{self.schema}"')
-                conn.execute(_SCHEMA)
+                # Up to date (the script's last addition is there): no DDL, which would lock
+                # the tables the running instances write (an instance restarted in a rolling
+                # restart deadlocked with their history writes).
+                current = conn.execute(
+                    "SELECT 1 FROM information_schema.columns WHERE table_schema=%s AND table_name='sessions' AND column_name='fence'",
+                    (self.schema,),
+                ).fetchone()
+                if current is None:
+                    conn.execute(_SCHEMA)
                 row = conn.execute("SELECT version FROM schema_version").fetchone()
                 if row is None:
                     conn.execute("INSERT INTO schema_version(version) VALUES (%s)", (SCHEMA_VERSION,))
@@ -173,13 +181,13 @@ class PostgresStore:
 
         def run(conn: psycopg.Connection[Any]) -> None:
             with conn.transaction(), conn.cursor() as cur:
-                check_fence(cur, session_id, fence, "%s")
                 cur.executemany("INSERT INTO messages(session_id, body, created_at) VALUES (%s,%s,%s)", rows)
                 cur.execute(
                     "DELETE FROM messages WHERE session_id=%s AND id NOT IN"
                     " (SELECT id FROM messages WHERE session_id=%s ORDER BY id DESC LIMIT %s)",
                     (session_id, session_id, cap),
                 )
+                check_fence(cur, session_id, fence, "%s")
 
         await self.call(run)
 
@@ -198,9 +206,9 @@ class PostgresStore:
 
         def run(conn: psycopg.Connection[Any]) -> None:
             with conn.transaction(), conn.cursor() as cur:
-                check_fence(cur, session_id, fence, "%s")
                 cur.execute("DELETE FROM messages WHERE session_id=%s", (session_id,))
                 cur.executemany("INSERT INTO messages(session_id, body, created_at) VALUES (%s,%s,%s)", rows)
+                check_fence(cur, session_id, fence, "%s")
 
         await self.call(run)
 

@@ -38,6 +38,7 @@ import anyio
 import httpx
 import psycopg
 from anyio.abc import TaskGroup, TaskStatus
+from wsproto.utilities import RemoteProtocolError
 
 from plugins.stores.postgres import split_url
 from tests.cluster._support import gateway_instance, stderr_of
@@ -308,7 +309,7 @@ class Soak:
             self.report.attempts.append(attempt)
             try:
                 await send(index, child, attempt)
-            except (OSError, httpx.HTTPError, ValueError, KeyError) as exc:
+            except (OSError, httpx.HTTPError, ValueError, KeyError, RemoteProtocolError) as exc:  # the last: a socket closed mid-handshake
                 if attempt.ending is None:
                     attempt.ending, attempt.detail = ("cut" if attempt.acked else "refused"), f"{type(exc).__name__}: {exc}"
             attempt.took_s = time.monotonic() - attempt.sent

@@ -21,6 +21,7 @@ from anyio.abc import TaskStatus
 
 from kernel import CommandWithdrawn, KernelError
 from kernel import model as m
+from kernel.cluster import RemoteSubscription
 from kernel.routing import ClusterRouting
 from kernel.testing import running_kernel
 from plugins.cluster.redis import Forwarded, RedisCluster
@@ -199,3 +200,53 @@ async def test_after_a_failed_forward_a_command_is_carried_out_here_only_when_it
             history = await kernel.execute(m.GetHistory(session_id="s"))
             assert history.messages == ()
         assert "s" in kernel.sessions  # the session was taken over either way
+
+
+async def test_blocking_reads_cancelled_by_the_hundred_leave_the_connection_pool_whole() -> None:
+    """coredis 6.9 lost a pool slot for each blocking command cancelled while it waited (a
+    follower that stops, a forward given up): after ``max_connections`` of them every command
+    queued behind a blocking one, and leases expired on a live instance. Here, with a pool of
+    4, a hundred cancelled reads later a lease is still claimed while another read blocks."""
+    prefix = f"gwtest-pool-{uuid.uuid4().hex[:10]}"
+    cluster = RedisCluster(f"{redis_url()}?max_connections=4", instance_id=f"{prefix}-a", key_prefix=prefix, lease_s=LEASE_S)
+    async with cluster._client, anyio.create_task_group() as tg:
+        for _ in range(100):
+            with anyio.move_on_after(0.005):
+                await cluster.read("quiet", 0, 30.0)  # an XREAD BLOCK, cancelled
+        tg.start_soon(cluster.read, "quiet", 0, 30.0)  # one more holds a connection for 30 s
+        claimed = False
+        with anyio.move_on_after(10):
+            claimed = await cluster.claim("s") is None
+        assert claimed  # it did not have to wait for the blocking read to return
+        tg.cancel_scope.cancel()
+
+
+# ------------------------------------------------------------------ resuming after a loss
+
+
+class LostStream:
+    """A session's stream after a Redis restart: nothing after the seq a follower resumes from."""
+
+    async def read(self, session_id: str, after_seq: int, timeout_s: float) -> list[m.Event]:
+        return []
+
+
+async def test_a_follower_resuming_where_the_stream_lost_the_events_is_told_of_the_gap_at_once() -> None:
+    """The soak's hung HTTP stream: its run ended while Redis restarted (the end was lost), the
+    follower resumed after its last seq on the new, empty stream, found nothing, and waited —
+    resuming again and again — for an end that would never come. The session is further on
+    than the stream: that is a gap, reported when the subscription is made."""
+
+    async def owner_says(command: m.GetSession) -> m.SessionOpened:
+        return m.SessionOpened(session=m.SessionInfo(session_id="s", agent_id="a", last_seq=434))
+
+    resumed = RemoteSubscription(owner_says, LostStream(), "s", 433, "test", resumed=True)  # type: ignore[arg-type]
+    await resumed.prime()
+    (lagged,) = resumed.receive_nowait()
+    assert isinstance(lagged, m.SubscriberLagged) and lagged.last_seq == 433 and lagged.seq == 434
+    # Up to date: nothing to tell. From now on (not resumed): the stream's silence is no news.
+    level = RemoteSubscription(owner_says, LostStream(), "s", 434, "test", resumed=True)  # type: ignore[arg-type]
+    await level.prime()
+    fresh = RemoteSubscription(owner_says, LostStream(), "s", 433, "test")  # type: ignore[arg-type]
+    await fresh.prime()
+    assert level.receive_nowait() == [] and fresh.receive_nowait() == []

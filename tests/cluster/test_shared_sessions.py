@@ -108,31 +108,51 @@ async def test_a_deleted_session_ends_its_remote_followers() -> None:
 
 async def test_an_instance_that_lost_a_session_without_noticing_writes_and_publishes_nothing_beside_its_new_owner() -> None:
     """Two owners for a moment: A's lease ran out while it was busy (a late renewal) and B took
-    the session over; until A notices, what it still does for the session is refused — its
-    history writes by the store's fence, its events by the stream's — and it lets the session go."""
-    a_model = ScriptedProvider([text_turn("a1"), text_turn("never")])
+    the session over. A notices at its next publish (its events are refused by the stream's
+    fence): its run in flight ends ``owner_lost`` — what it would still write is refused by
+    the store's fence — and A lets the session go; a prompt sent to A is then run by B."""
+    a_model = ScriptedProvider([text_turn("a1"), text_turn(*WORDS)], delay_s=0.01)
     async with cluster_kernels([a_model, ScriptedProvider([text_turn("b1")])], lease_s=30.0) as (a, b):
         async with await RunFollower.start(a, m.Prompt(session_id="s", text="first")) as run:
             with anyio.fail_after(20):
                 assert isinstance(await run.wait(), m.RunFinished)
         cluster = a.cluster
         assert isinstance(cluster, RedisCluster)
-        await cluster._client.delete([cluster._owner_key("s")])  # A's lease expired (A renews every 10 s here)
-        await b.execute(m.GetSession(session_id="s"))  # B needs it: B takes it over
-        assert "s" in b.sessions and "s" in a.sessions  # A has not noticed yet
-        async with await Follower.open(b, "s") as on_b:
-            async with await RunFollower.start(a, m.Prompt(session_id="s", text="stale")) as run:  # sent to A
+        async with await RunFollower.start(a, m.Prompt(session_id="s", text="slow")) as slow:
+            with anyio.fail_after(20):
+                while not any(isinstance(e, m.TextDelta) for e in await slow.next_batch()):
+                    pass
+            await cluster._client.delete([cluster._owner_key("s")])  # A's lease expired (A renews every 10 s here)
+            await b.execute(m.GetSession(session_id="s"))  # B needs the session: B takes it over
+            async with await Follower.open(b, "s") as on_b:
                 with anyio.fail_after(20):
-                    end = await run.wait()
-            assert isinstance(end, m.RunFailed) and end.error.code == "owner_lost", end
-            with anyio.fail_after(10):
-                while "s" in a.sessions:  # its events were refused: A let the session go
-                    await anyio.sleep(0.02)
-            assert on_b.pending == 0  # none of A's events reached B's followers
-        assert len(a_model.requests) == 1  # the stale prompt never reached A's model
-        async with await RunFollower.start(a, m.Prompt(session_id="s", text="next")) as run:  # forwarded to B now
+                    end = await slow.wait()
+                assert isinstance(end, m.RunFailed) and end.error.code == "owner_lost", end  # never a whole-looking answer
+                with anyio.fail_after(10):
+                    while "s" in a.sessions:  # its events were refused: A let the session go
+                        await anyio.sleep(0.02)
+                assert on_b.pending == 0  # none of A's events reached B's followers
+        async with await RunFollower.start(a, m.Prompt(session_id="s", text="next")) as run:  # sent to A, run by B
             with anyio.fail_after(20):
                 end = await run.wait()
         assert isinstance(end, m.RunFinished) and end.text == "b1"
         history = await b.execute(m.GetHistory(session_id="s"))
-        assert [x.content for x in history.messages] == ["first", "a1", "next", "b1"]
+        # "slow" was stored before B took over; A's answer to it was refused.
+        assert [x.content for x in history.messages] == ["first", "a1", "slow", "next", "b1"]
+
+
+async def test_a_prompt_sent_to_an_instance_that_lost_the_session_is_run_by_the_owner() -> None:
+    async with cluster_kernels([ScriptedProvider([text_turn("a1")]), ScriptedProvider([text_turn("b1")])], lease_s=30.0) as (a, b):
+        async with await RunFollower.start(a, m.Prompt(session_id="s", text="first")) as run:
+            with anyio.fail_after(20):
+                await run.wait()
+        cluster = a.cluster
+        assert isinstance(cluster, RedisCluster)
+        await cluster._client.delete([cluster._owner_key("s")])
+        await b.execute(m.GetSession(session_id="s"))  # B took it over; A does not know yet
+        async with await RunFollower.start(a, m.Prompt(session_id="s", text="second")) as run:
+            with anyio.fail_after(20):
+                end = await run.wait()
+        assert isinstance(end, m.RunFinished) and end.text == "b1" and "s" not in a.sessions
+        history = await b.execute(m.GetHistory(session_id="s"))
+        assert [x.content for x in history.messages] == ["first", "a1", "second", "b1"]
