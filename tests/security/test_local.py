@@ -77,7 +77,7 @@ async def test_a_store_from_before_keys_keeps_its_sessions_as_the_admins(tmp_pat
         assert await store.count_keys() == 0
     finally:
         await store.close()
-    assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     async with running_kernel(db_path=db) as kernel:
         record, _ = await kernel.keys.create("alice")
         alice = m.Caller(principal=record.principal())
