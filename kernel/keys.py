@@ -162,7 +162,10 @@ class Keyring:
 
     async def authenticate(self, secret: str | None) -> Principal | None:
         """The principal of a presented key, or None (unknown, revoked or expired)."""
-        if not secret:
+        if not secret or not await self.required():
+            # No key exists (the count is cached for a second): nothing to look up. An SDK
+            # always sends some key, so this spares a store query per request of a gateway
+            # without keys.
             return None
         digest = hash_secret(secret)
         for configured in self.configured.values():
