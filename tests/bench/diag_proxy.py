@@ -124,17 +124,17 @@ def probe_gateway(argv: list[str]) -> int:
         stream_init(self, *args, **kwargs)
 
     sse.SSEStream.__init__ = probed_init  # type: ignore[method-assign]
-    write_frames = routes.write_frames
+    send_raw = sse.SSEStream.send_raw
 
-    async def probed_write(*args: Any, **kwargs: Any) -> Any:
+    async def probed_write(self: Any, events: bytes) -> Any:
         first = "write" not in marks
         marks.setdefault("write", now())
-        result = await write_frames(*args, **kwargs)
+        result = await send_raw(self, events)
         if first:
             marks["written"] = now()
         return result
 
-    routes.write_frames = probed_write
+    sse.SSEStream.send_raw = probed_write  # type: ignore[method-assign]
 
     def report() -> None:
         measured = requests[10:]

@@ -10,16 +10,16 @@ soon as the client goes away, so that its run can be interrupted.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 from anyio.abc import TaskGroup
 
 from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
-from transports.shared import Request, wait_disconnect
+from transports.shared import Request, open_sse, wait_disconnect
 
 log = logging.getLogger("gateway.http")
 
@@ -79,6 +79,24 @@ async def _read(
         finally:
             watching.cancel()
     return seen, why
+
+
+#: A dialect's SSE bytes for a batch of a run's events, and whether the run ended with it.
+Frames = Callable[[list[m.Event]], Awaitable[tuple[bytes, bool]]]
+
+
+async def write_run(request: Request, run: RunFollower, pending: list[m.Event], frames: Frames, *, opening: bytes = b"", **sse: Any) -> None:
+    """A run's answer as an SSE response (OpenAI chat, Responses, Anthropic): ``opening`` and
+    the first batch (``pending``, what :func:`read_run` returned) go out with the response's
+    headers, before the stream's keep-alive and disconnect watch are set up, so the first
+    token waits for nothing else; then each further batch in one write, until the run ends
+    or the client is gone. ``sse``: :func:`open_sse`'s options."""
+    data, ended = await frames(pending)
+    async with open_sse(request, first=opening + data, **sse) as stream:
+        while not ended and not stream.closed:
+            data, ended = await frames(await run.next_batch())
+            if not await stream.send_raw(data):
+                return
 
 
 @asynccontextmanager

@@ -182,6 +182,7 @@ async def open_sse(
     cancel_on_disconnect: bool = True,
     send_timeout_s: float | None = None,
     keepalive_frame: bytes | None = None,
+    first: bytes = b"",
 ) -> AsyncIterator[SSEStream]:
     """Start an SSE response and yield a writer; the response ends when the block exits.
 
@@ -192,7 +193,9 @@ async def open_sse(
     disables keep-alive comments.  ``send_timeout_s``: a client that does not take an
     event for this long is let go (the stream ends) instead of holding it forever.
     ``keepalive_frame``: a formatted event sent instead of the comment, for a dialect whose
-    clients expect their own (Anthropic's ``event: ping``).
+    clients expect their own (Anthropic's ``event: ping``). ``first``: events ready when the
+    stream opens (a first token), written right after the headers, before the keep-alive and
+    the disconnect watch are set up — their set-up is not on the first token's path.
     """
     all_headers = dict(SSE_HEADERS)
     for k, v in (headers or {}).items():
@@ -210,6 +213,8 @@ async def open_sse(
     tracker = tracker_for(request.scope)
     tracker.register(stream)
     try:
+        if first:
+            await stream.send_raw(first)
         async with anyio.create_task_group() as tg:
             stream._scope = tg.cancel_scope
             if keepalive_interval_s > 0:

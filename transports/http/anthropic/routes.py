@@ -25,9 +25,9 @@ import anyio
 
 from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
-from transports.shared import Request, Response, Router, format_sse, json_response, open_sse, write_frames
+from transports.shared import Request, Response, Router, format_sse, json_response
 
-from ..runs import Unanswered, ephemeral_run, read_run
+from ..runs import Unanswered, ephemeral_run, read_run, write_run
 from . import codec, reply_codec
 from .codec import MessagesPlan
 from .reply_codec import Frame, StreamEncoder
@@ -160,23 +160,19 @@ class AnthropicApi:
 
     async def _write_stream(self, request: Request, run: RunFollower, encoder: StreamEncoder, pending: list[m.Event], request_id: str) -> None:
         send_timeout_s = self.kernel.settings.session.lag_grace_s  # a reader that stopped is let go
-        async with open_sse(
-            request, keepalive_interval_s=self.keepalive_s, keepalive_frame=_PING, headers={"request-id": request_id},
-            send_timeout_s=send_timeout_s,
-        ) as stream:
-            frames = encoder.opening()
-            batch = pending
-            while True:
-                for event in batch:
-                    frames += encoder.event(event)
-                end = run.end
-                if end is not None:
-                    failure = m.run_end_error(end)
-                    if failure is not None or not isinstance(end, m.RunFinished):
-                        frames += encoder.failure(codec.from_error_info(failure or m.ErrorInfo(code="internal", message="the run ended without an answer")))
-                    else:
-                        frames += encoder.closing(end)
-                if not await write_frames(stream, _sse(frames)) or end is not None:
-                    break
-                frames = []
-                batch = await run.next_batch()
+
+        async def frames(batch: list[m.Event]) -> tuple[bytes, bool]:
+            out = [frame for event in batch for frame in encoder.event(event)]
+            end = run.end
+            if end is not None:
+                failure = m.run_end_error(end)
+                if failure is not None or not isinstance(end, m.RunFinished):
+                    out += encoder.failure(codec.from_error_info(failure or m.ErrorInfo(code="internal", message="the run ended without an answer")))
+                else:
+                    out += encoder.closing(end)
+            return b"".join(_sse(out)), end is not None
+
+        await write_run(
+            request, run, pending, frames, opening=b"".join(_sse(encoder.opening())),
+            keepalive_interval_s=self.keepalive_s, keepalive_frame=_PING, headers={"request-id": request_id}, send_timeout_s=send_timeout_s,
+        )

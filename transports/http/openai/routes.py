@@ -21,9 +21,9 @@ import anyio
 
 from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
-from transports.shared import Request, Response, Router, format_sse, json_response, open_sse, write_frames
+from transports.shared import Request, Response, Router, format_sse, json_response
 
-from ..runs import Unanswered, ephemeral_run, read_run
+from ..runs import Unanswered, ephemeral_run, read_run, write_run
 from . import codec
 from .codec import ChatPlan
 from .wire import OpenAIError
@@ -123,18 +123,19 @@ class OpenAIApi:
         encoder = codec.ChunkEncoder(
             completion_id=completion_id, created=int(time.time()), model=plan.response_model, include_usage=plan.include_usage
         )
-        async with open_sse(request, keepalive_interval_s=self.keepalive_s, headers={"x-request-id": completion_id}, send_timeout_s=self.send_timeout_s) as stream:
-            payloads = [encoder.opening()]
-            batch = pending
-            while True:
-                payloads.extend(payload for payload in map(encoder.event, batch) if payload is not None)
-                end = run.end
-                failed = codec.end_error(end) if end is not None else None
-                if failed is not None:
-                    payloads.append(encoder.failure(failed))
-                elif isinstance(end, m.RunFinished):
-                    payloads.extend(encoder.closing(end, end.pending_tool_calls))
-                if not await write_frames(stream, _frames(payloads)) or end is not None:
-                    break
-                payloads = []
-                batch = await run.next_batch()
+
+
+        async def frames(batch: list[m.Event]) -> tuple[bytes, bool]:
+            payloads = [payload for payload in map(encoder.event, batch) if payload is not None]
+            end = run.end
+            failed = codec.end_error(end) if end is not None else None
+            if failed is not None:
+                payloads.append(encoder.failure(failed))
+            elif isinstance(end, m.RunFinished):
+                payloads.extend(encoder.closing(end, end.pending_tool_calls))
+            return b"".join(_frames(payloads)), end is not None
+
+        await write_run(
+            request, run, pending, frames, opening=format_sse(encoder.opening()),
+            keepalive_interval_s=self.keepalive_s, headers={"x-request-id": completion_id}, send_timeout_s=self.send_timeout_s,
+        )

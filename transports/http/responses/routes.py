@@ -36,11 +36,11 @@ import anyio
 
 from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
-from transports.shared import Request, Response, Router, format_sse, json_response, open_sse, write_frames
+from transports.shared import Request, Response, Router, format_sse, json_response
 
 from ..openai.codec import client_gone, from_error_info, run_timeout
 from ..openai.wire import OpenAIError
-from ..runs import Unanswered, read_run
+from ..runs import Unanswered, read_run, write_run
 from . import codec
 from . import wire as w
 from .codec import Frame, ResponseBuilder, ResponsePlan
@@ -187,19 +187,21 @@ class ResponsesApi:
             await self._finish(builder, run.end, request.caller)
             return _error(from_error_info(error))
         send_timeout_s = self.kernel.settings.session.lag_grace_s  # a reader that stopped is let go
-        async with open_sse(request, keepalive_interval_s=self.keepalive_s, headers=self._headers(builder), send_timeout_s=send_timeout_s) as stream:
-            frames = builder.opening()
-            batch = pending
-            while True:
-                for event in batch:
-                    frames += builder.feed(event)
-                end = run.end
-                if end is not None:
-                    frames += await self._finish(builder, end, request.caller)
-                if not await write_frames(stream, [format_sse(data, event=name) for name, data in frames]) or end is not None:
-                    break
-                frames = []
-                batch = await run.next_batch()
+
+        def sse(named: list[tuple[str, bytes]]) -> bytes:
+            return b"".join(format_sse(data, event=name) for name, data in named)
+
+        async def frames(batch: list[m.Event]) -> tuple[bytes, bool]:
+            out = [frame for event in batch for frame in builder.feed(event)]
+            end = run.end
+            if end is not None:
+                out += await self._finish(builder, end, request.caller)
+            return sse(out), end is not None
+
+        await write_run(
+            request, run, pending, frames, opening=sse(builder.opening()),
+            keepalive_interval_s=self.keepalive_s, headers=self._headers(builder), send_timeout_s=send_timeout_s,
+        )
         return None
 
     async def _unanswered(self, run: RunFollower, why: Unanswered) -> Response:
