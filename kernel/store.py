@@ -88,7 +88,7 @@ def fenced_out(session_id: str) -> KernelError:
     """A write of an instance that no longer runs the session (another took it over: the
     store's fence for it moved on): refused, so two instances never both write its history."""
     return KernelError(
-        "owner_lost", f"session {session_id} is run by another gateway instance now (this one lost it): nothing was recorded; retry"
+        "owner_lost", f"session {session_id} is run by another gateway instance now (this one lost it): this write was not recorded; retry"
     )
 
 

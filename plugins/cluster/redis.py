@@ -219,7 +219,7 @@ class RedisCluster:
     async def run(self, host: ClusterHost, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         self._host = host
         async with self._client, anyio.create_task_group() as tg:
-            tg.start_soon(self._renew_leases, host)
+            tg.start_soon(self._renew_leases)
             tg.start_soon(self._serve_forwarded, host, tg)
             tg.start_soon(self._publish_events)
             task_status.started()
@@ -232,7 +232,7 @@ class RedisCluster:
             for session_id in list(self._owned):
                 await self.release(session_id)
 
-    async def _renew_leases(self, host: ClusterHost) -> None:
+    async def _renew_leases(self) -> None:
         """Every third of a lease, all of this instance's leases in one round trip."""
         while True:
             await anyio.sleep(self.lease_ms / 3000)

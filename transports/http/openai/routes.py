@@ -124,7 +124,6 @@ class OpenAIApi:
             completion_id=completion_id, created=int(time.time()), model=plan.response_model, include_usage=plan.include_usage
         )
 
-
         async def frames(batch: list[m.Event]) -> tuple[bytes, bool]:
             payloads = [payload for payload in map(encoder.event, batch) if payload is not None]
             end = run.end
