@@ -201,6 +201,59 @@ async def serve_bare(args: argparse.Namespace) -> None:
         tg.cancel_scope.cancel()
 
 
+# ------------------------------------------------------------------ bare relay (the library floor)
+
+
+def relay_app(upstream: str) -> Any:
+    """The least a proxy on the gateway's libraries can do: hypercorn in, the request's body sent
+    on as it is through one httpcore2 pool (the pool the gateway's upstream hop uses), the
+    answer's pieces handed back as they arrive. No parsing, no session, no translation: what it
+    adds to a request is the libraries' floor under the gateway's own added time."""
+    import httpcore2
+
+    pool = httpcore2.AsyncConnectionPool(max_connections=64)
+    base = upstream.rstrip("/")
+    kept = (b"authorization", b"content-type")
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await bare_app(scope, receive, send)
+            return
+        body = bytearray()
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        path = scope["path"].removeprefix("/v1")
+        headers = [(k, v) for k, v in scope["headers"] if k in kept]
+        async with pool.stream("POST", base + path, headers=headers, content=bytes(body)) as response:
+            answer = [(k, v) for k, v in response.headers if k.lower() == b"content-type"]
+            await send({"type": "http.response.start", "status": response.status, "headers": answer})
+            async for piece in response.aiter_stream():
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    return app
+
+
+async def serve_relay(args: argparse.Namespace) -> None:
+    from transports.shared import ServerConfig, build_hypercorn_config
+
+    fd, port = listen()
+    config = build_hypercorn_config(ServerConfig(), f"fd://{fd}")
+    stop = anyio.Event()
+    if sniffio.current_async_library() == "trio":
+        from hypercorn.trio import serve
+    else:
+        from hypercorn.asyncio import serve  # type: ignore[assignment]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: serve(relay_app(args.upstream), config, shutdown_trigger=stop.wait, mode="asgi"))  # type: ignore[arg-type]
+        ready(f"http://127.0.0.1:{port}/v1")
+        await until_stdin_closes()
+        tg.cancel_scope.cancel()
+
+
 # ------------------------------------------------------------------ gateway
 
 
@@ -354,7 +407,7 @@ def run_pipe(args: argparse.Namespace) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench._servers")
-    parser.add_argument("kind", choices=("bare", "gateway", "upstream", "cli", "pipe", "otlp"))
+    parser.add_argument("kind", choices=("bare", "gateway", "upstream", "relay", "cli", "pipe", "otlp"))
     parser.add_argument("--lines", help="for pipe: the file of lines to write")
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="asyncio's event loop (uvloop: as gateway serve --loop uvloop)")
@@ -363,6 +416,7 @@ def main() -> int:
     parser.add_argument("--db", help="for gateway: the SQLite store (default: a temporary directory)")
     parser.add_argument("--buffer", type=int, default=512, help="kernel subscriber buffer (events)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="transport config override")
+    parser.add_argument("--upstream", help="for relay: the upstream's base URL")
     parser.add_argument("--words-per-s", type=float, default=None, help="for upstream: pace the echo (default: one burst)")
     parser.add_argument("--telemetry", choices=("off", "metrics", "tracing"), default="off", help="for gateway: the observers (tracing: OTEL_* variables)")
     argv = sys.argv[1:]
@@ -374,7 +428,7 @@ def main() -> int:
         return run_cli(args)
     if args.kind == "pipe":
         return run_pipe(args)
-    target = {"bare": serve_bare, "gateway": serve_gateway, "upstream": serve_upstream, "otlp": serve_otlp}[args.kind]
+    target = {"bare": serve_bare, "gateway": serve_gateway, "upstream": serve_upstream, "relay": serve_relay, "otlp": serve_otlp}[args.kind]
     try:
         options = {"use_uvloop": True} if args.backend == "asyncio" and args.loop == "uvloop" else {}
         anyio.run(target, args, backend=args.backend, backend_options=options)

@@ -25,6 +25,10 @@ Figures (medians of the rounds; "added" = through the proxy minus direct):
   upstream's. Target ≤ 80 MiB.
 * **time to first token, the gateway's own echo model** (no upstream hop): the gateway's
   own share, for diagnosis.
+* **the library floor**: a bare relay on the gateway's own libraries (hypercorn in, the body
+  sent on unchanged through an httpcore2 pool, the answer's bytes handed back as they arrive:
+  ``tests/bench/_servers.py relay``), measured in the same rounds: what any proxy on this
+  stack adds before doing anything, and the gateway's own share above it.
 
 Every answer is checked: the text must equal the prompt.
 """
@@ -205,6 +209,25 @@ def added_row(variant: str, backend: str, direct: list[float], via: list[float],
     )
 
 
+def floor_rows(direct: Target, relay: Target, via: Target, backend: str) -> list[h.Result]:
+    """What the bare relay adds (the libraries' floor) and the gateway's own share above it."""
+    out = []
+    for what, d, r, g in (
+        ("time to first token", direct.ttft_ms, relay.ttft_ms, via.ttft_ms),
+        ("non-stream answer", direct.complete_ms, relay.complete_ms, via.complete_ms),
+    ):
+        floor = h.median(r) - h.median(d)
+        own = h.median(g) - h.median(r)
+        out.append(added_row(f"library floor (bare hypercorn + httpcore2 relay): {what}", backend, d, r, None,
+                             {"gateway_over_floor_ms": round(own, 3)}))
+        out.append(h.Result(
+            bench="openai-proxy", variant=f"gateway's own share above the floor: {what}", backend=backend, metric="ms (p50)",
+            baseline=h.median(r), gateway=h.median(g), ratio=None, shown=f"{own:+.2f} ms", target="report", met=None,
+            details={"floor_added_ms": round(floor, 3), "gateway_added_ms": round(h.median(g) - h.median(d), 3)},
+        ))
+    return out
+
+
 def rows(direct: Target, via: Target, backend: str, who: str) -> list[h.Result]:
     chunks = {"content_chunks_received": {"direct": h.median(direct.chunks), who: h.median(via.chunks)}}
     paced_chunks = {"content_chunks_received": {"direct": h.median(direct.paced_chunks), who: h.median(via.paced_chunks)}}
@@ -285,13 +308,19 @@ async def run(settings: h.Settings) -> list[h.Result]:
             peer_targets.append(Target(f"{peer.name} {peer.version}", peer_client, "burst", peer_client, "paced", peer.cpu_s, peer.rss_kib))
         for index, backend in enumerate(settings.backends):
             direct = Target("direct", opened(burst_up.ready), "fake-model", paced_direct, "fake-model", burst_up.cpu_s, burst_up.rss_kib)
-            async with gateway(backend, burst_up.ready, "burst") as (url, pid), gateway(backend, paced_up.ready, "paced") as (paced_url, _):
+            async with (
+                gateway(backend, burst_up.ready, "burst") as (url, pid), gateway(backend, paced_up.ready, "paced") as (paced_url, _),
+                h.child("relay", *h.backend_args(backend), "--upstream", burst_up.ready) as relay_up,
+                h.child("relay", *h.backend_args(backend), "--upstream", paced_up.ready) as paced_relay,
+            ):
                 via = Target("gateway", opened(url), "proxy", opened(paced_url), "proxy",
                              lambda pid=pid: h.cpu_s(pid), lambda pid=pid: h.rss_kib(pid))  # type: ignore[misc]
+                relay = Target("relay", opened(relay_up.ready), "fake-model", opened(paced_relay.ready), "fake-model", relay_up.cpu_s, relay_up.rss_kib)
                 # The peers run once, beside the first backend's gateway (they bring their own server stack).
                 others = peer_targets if index == 0 else []
-                await measure([direct, via, *others], burst_up, settings)
+                await measure([direct, via, relay, *others], burst_up, settings)
                 results += rows(direct, via, backend, "gateway")
+                results += floor_rows(direct, relay, via, backend)
                 for other in others:
                     results += rows(direct, other, "asyncio", other.name)
             results.append(await echo_share(backend, direct, settings.pick(60, 8)))
