@@ -227,7 +227,11 @@ class RunFollower:
             command = msgspec.structs.replace(command, request_id=f"run-{uuid.uuid4().hex[:16]}")
         if policy is not None and command.options.approval is None:
             command = msgspec.structs.replace(command, options=msgspec.structs.replace(command.options, approval=policy))
-        if isinstance(command, Prompt):
+        live = kernel.sessions.get(command.session_id) if command.session_id is not None else None
+        # An ephemeral session (one OpenAI-style request's) was opened by the caller just now,
+        # on this instance, the only one that has it: opening it again would only repeat the
+        # access check the subscription makes (one kernel command of a proxied first token).
+        if isinstance(command, Prompt) and not (live is not None and live.ephemeral):
             opened = await kernel.execute(OpenSession(session_id=command.session_id, agent_id=command.agent_id), caller)
             command = msgspec.structs.replace(command, session_id=opened.session.session_id)
         assert command.session_id is not None and command.request_id is not None
