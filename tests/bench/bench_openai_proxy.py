@@ -43,6 +43,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx2
 import openai
 
 from . import _harness as h
@@ -193,7 +194,10 @@ async def measure(targets: list[Target], burst_upstream: h.Child, settings: h.Se
         target.paced_chunks.append(count)
     for _ in range(reps):
         for target in targets:
-            target.concurrent_rps.append(await concurrent_rps(target, target.model, requests_each))
+            try:
+                target.concurrent_rps.append(await concurrent_rps(target, target.model, requests_each))
+            except openai.APIConnectionError as error:
+                raise RuntimeError(f"{target.name}: {CONCURRENCY} concurrent streams failed: {error!r}") from error
     print(f"   measured {', '.join(t.name for t in targets)} in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
 
 
@@ -269,8 +273,16 @@ async def gateway(backend: str, upstream_url: str | None, name: str) -> AsyncIte
         yield ready.group(1) + "/v1", process.pid
 
 
+#: The clients let an idle connection go after 2 s, before the servers do (hypercorn after 5 s):
+#: with the SDK's default 5 s, a connection idle while another target's phase ran could be
+#: taken for a request just as its server closed it (a ReadError with no retry, seen once).
+CLIENT_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=2.0)
+
+
 def client(base_url: str, api_key: str = API_KEY) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+    return openai.AsyncOpenAI(
+        base_url=base_url, api_key=api_key, max_retries=0, http_client=openai.DefaultAsyncHttpxClient(limits=CLIENT_LIMITS)
+    )
 
 
 async def echo_share(backend: str, direct: Target, rounds: int) -> h.Result:

@@ -1,6 +1,6 @@
 """Diagnostic: where the first token of a proxied stream spends its time in the gateway.
 
-    python -m tests.bench.diag_proxy [--backend asyncio|asyncio+uvloop|trio] [--requests 120]
+    python -m tests.bench.diag_proxy [--backend asyncio|asyncio+uvloop|trio] [--requests 120] [--rounds]
 
 Runs the fake upstream (one burst of 200 chunks) and the real ``gateway`` CLI as an
 OpenAI proxy in front of it, the gateway with probes on its first-token path, and sends
@@ -20,6 +20,11 @@ then the median time of each step after the OpenAI route is entered:
 
 The probes wrap functions of the gateway (including the private ``kernel.hub``) in the
 child process only; the figures are for diagnosis, not for the results table.
+
+``--rounds`` (plain asyncio: uvloop's loop and trio's cannot be probed this way) also times every callback the event loop runs from the moment
+hypercorn reads a request to its first frame written, grouped by whose it is (hypercorn's
+connection, the OpenAI route, the run, ...), and the loop's waits in ``epoll``: the gateway
+process's busy time on the first token's path, and how long it only waited for the upstream.
 """
 
 from __future__ import annotations
@@ -136,6 +141,10 @@ def probe_gateway(argv: list[str]) -> int:
 
     sse.SSEStream.send_raw = probed_write  # type: ignore[method-assign]
 
+    if "--rounds" in argv:
+        argv.remove("--rounds")
+        rounds_probe(marks, now)
+
     def report() -> None:
         measured = requests[10:]
         cells = []
@@ -149,7 +158,95 @@ def probe_gateway(argv: list[str]) -> int:
     return main(argv)
 
 
-async def measure(backend: str, requests: int) -> None:
+#: Whose a callback of the loop is, by the coroutines its task is in (first match wins).
+OWNERS = [
+    ("Session.actor", "the run (the session's task)"),
+    ("chat_completions", "the OpenAI route (hypercorn's app task)"),
+    ("wait_disconnect", "the disconnect watch"),
+    ("_server_callback", "hypercorn's connection task"),
+    ("_read_ready", "socket reads (asyncio's transports)"),
+]
+
+
+def rounds_probe(marks: dict[str, float], now: Any) -> None:
+    """Time each loop callback and each wait in ``epoll`` between a request's arrival and its
+    first frame written; print the medians per request at exit (``ROUNDS`` lines)."""
+    import asyncio.events
+    import collections
+    import selectors
+
+    import hypercorn.protocol.h11 as hypercorn_h11
+
+    window: dict[str, Any] = {"open": False, "busy": collections.Counter(), "rounds": 0}
+    requests: list[tuple[collections.Counter[str], int]] = []
+    handle_request = hypercorn_h11.H11Protocol.handle
+
+    async def probed_handle(self: Any, event: Any) -> Any:
+        if not (type(event).__name__ == "RawData" and event.data[:5] == b"POST "):
+            return await handle_request(self, event)
+        marks.pop("written", None)  # the last request's; the route clears the rest
+        window.update(open=True, busy=collections.Counter(), rounds=0)
+        started = now()
+        result = await handle_request(self, event)
+        window["busy"]["hypercorn's connection task"] += now() - started
+        return result
+
+    hypercorn_h11.H11Protocol.handle = probed_handle  # type: ignore[method-assign]
+
+    def owner(callback: Any) -> str:
+        task = getattr(callback, "__self__", None)
+        names = []
+        if isinstance(task, asyncio.Task):
+            coro: Any = task.get_coro()
+            while coro is not None and len(names) < 16:
+                names.append(getattr(coro, "__qualname__", ""))
+                coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+        else:
+            names.append(getattr(callback, "__qualname__", type(callback).__name__))
+        chain = ">".join(names)
+        return next((label for key, label in OWNERS if key in chain), "other")
+
+    run_handle = asyncio.events.Handle._run
+
+    def probed_run(self: Any) -> None:
+        if not window["open"]:
+            return run_handle(self)
+        started = now()
+        run_handle(self)
+        if window["open"]:
+            window["busy"][owner(self._callback)] += now() - started
+            if "written" in marks:
+                window["open"] = False
+                requests.append((window["busy"], window["rounds"]))
+        return None
+
+    asyncio.events.Handle._run = probed_run  # type: ignore[method-assign]
+    select = selectors.EpollSelector.select
+
+    def probed_select(self: Any, timeout: float | None = None) -> Any:
+        started = now()
+        ready = select(self, timeout)
+        if window["open"]:
+            window["rounds"] += 1
+            window["busy"]["waiting in epoll" if timeout != 0 else "epoll, nothing to wait for"] += now() - started
+        return ready
+
+    selectors.EpollSelector.select = probed_select  # type: ignore[method-assign]
+
+    def report() -> None:
+        measured = requests[10:]
+        if not measured:
+            return
+        labels = sorted({label for busy, _ in measured for label in busy})
+        for label in labels:
+            sys.stderr.write(f"ROUNDS {label}={statistics.median(busy[label] for busy, _ in measured) * 1000:.3f}\n")
+        sys.stderr.write(f"ROUNDS loop rounds={statistics.median(r for _, r in measured)}\n")
+        sys.stderr.flush()
+
+    atexit.register(report)
+
+
+async def measure(backend: str, requests: int, rounds: bool = False) -> None:
     import openai
 
     from .bench_openai_proxy import API_KEY, GATEWAY_CONFIG
@@ -160,7 +257,8 @@ async def measure(backend: str, requests: int) -> None:
         env = h.child_env(OPENAI_API_KEY=API_KEY, OPENAI_BASE_URL=upstream.ready, GATEWAY_DB=str(h.scratch_dir() / "diag-proxy.db"))
         log = h.open_stderr_file()
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tests.bench.diag_proxy", "--probe", "--", "serve", "--transport", "http", *h.backend_args(backend),
+            sys.executable, "-m", "tests.bench.diag_proxy", "--probe", "--", *(["--rounds"] if rounds else []),
+            "serve", "--transport", "http", *h.backend_args(backend),
             "--port", "0", "--config", str(config), stdin=asyncio.subprocess.DEVNULL, stderr=log, env=env, cwd=str(h.ROOT),
         )
         log.close()
@@ -201,6 +299,11 @@ async def measure(backend: str, requests: int) -> None:
     print("  after the OpenAI route is entered (gateway process, medians):")
     for key, label in STEPS:
         print(f"    {label:<26} {float(values.get(key, 'nan')):7.3f} ms")
+    spent = [line[7:].rsplit("=", 1) for line in open(log.name).read().splitlines() if line.startswith("ROUNDS ")]
+    if spent:
+        print("  from hypercorn reading the request to the first frame written, by whose work (medians, ms):")
+        for label, value in spent:
+            print(f"    {label:<42} {value:>7}")
 
 
 def main() -> int:
@@ -209,9 +312,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.diag_proxy")
     parser.add_argument("--backend", choices=(*h.BACKENDS, h.UVLOOP), action="append", help="the gateway's backend (default: asyncio and trio)")
     parser.add_argument("--requests", type=int, default=120)
+    parser.add_argument("--rounds", action="store_true", help="also time the event loop's callbacks by owner (plain asyncio)")
     args = parser.parse_args()
     for backend in args.backend or h.BACKENDS:
-        asyncio.run(measure(backend, args.requests))
+        if args.rounds and backend != "asyncio":
+            print(f"{backend}: --rounds times plain asyncio's loop only; the timeline follows", file=sys.stderr)
+        asyncio.run(measure(backend, args.requests, rounds=args.rounds and backend == "asyncio"))
     return 0
 
 
