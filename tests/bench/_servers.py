@@ -211,7 +211,9 @@ def relay_app(upstream: str) -> Any:
     adds to a request is the libraries' floor under the gateway's own added time."""
     import httpcore2
 
-    pool = httpcore2.AsyncConnectionPool(max_connections=64)
+    # Idle connections go after 2 s, before the upstream's hypercorn closes them (5 s): no retry
+    # here, so a request must never go out on a connection its server is closing.
+    pool = httpcore2.AsyncConnectionPool(max_connections=64, keepalive_expiry=2.0)
     base = upstream.rstrip("/")
     kept = (b"authorization", b"content-type")
 

@@ -196,7 +196,7 @@ async def measure(targets: list[Target], burst_upstream: h.Child, settings: h.Se
         for target in targets:
             try:
                 target.concurrent_rps.append(await concurrent_rps(target, target.model, requests_each))
-            except openai.APIConnectionError as error:
+            except openai.APIError as error:
                 raise RuntimeError(f"{target.name}: {CONCURRENCY} concurrent streams failed: {error!r}") from error
     print(f"   measured {', '.join(t.name for t in targets)} in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
 
@@ -229,6 +229,12 @@ def floor_rows(direct: Target, relay: Target, via: Target, backend: str) -> list
             baseline=h.median(r), gateway=h.median(g), ratio=None, shown=f"{own:+.2f} ms", target="report", met=None,
             details={"floor_added_ms": round(floor, 3), "gateway_added_ms": round(h.median(g) - h.median(d), 3)},
         ))
+    relay_cpu, gateway_cpu = relay.cpu_ms["stream"], via.cpu_ms["stream"]
+    out.append(h.Result(
+        bench="openai-proxy", variant=f"library floor: CPU per {WORDS}-chunk stream (the relay's; gateway: the gateway's)", backend=backend,
+        metric="ms CPU", baseline=relay_cpu, gateway=gateway_cpu, ratio=gateway_cpu / relay_cpu, target="report", met=None,
+        details={"upstream_cpu_ms": round(relay.cpu_ms["upstream stream"], 3)},
+    ))
     return out
 
 
