@@ -135,6 +135,31 @@ async def test_ephemeral_sessions_are_never_stored() -> None:
         assert await kernel.store.get_session(sid) is None
 
 
+async def test_a_run_on_an_ephemeral_session_does_not_open_it_again() -> None:
+    """The session an OpenAI-style request just opened is followed and prompted as it is (one
+    kernel command fewer on the first token's path); it stays another caller's missing one."""
+    async with running_kernel(ScriptedProvider([text_turn("hi")])) as kernel:
+        alice = m.Caller(principal=(await kernel.keys.create("alice"))[0].principal())
+        bob = m.Caller(principal=(await kernel.keys.create("bob"))[0].principal())
+        opened = await kernel.execute(m.OpenSession(ephemeral=True), alice)
+        assert isinstance(opened, m.SessionOpened)
+        sid = opened.session.session_id
+        executed: list[str] = []
+        execute = kernel.execute
+
+        async def counted(command: m.Command, caller: m.Caller = m.LOCAL_CALLER) -> m.Reply:
+            executed.append(type(command).__name__)
+            return await execute(command, caller)
+
+        kernel.execute = counted  # type: ignore[method-assign]
+        with pytest.raises(KernelError) as refused:
+            await RunFollower.start(kernel, prompt("x", session=sid), caller=bob)
+        assert refused.value.code == "not_found"
+        async with await RunFollower.start(kernel, prompt("x", session=sid), caller=alice) as run:
+            assert isinstance(await run.wait(), m.RunFinished)
+        assert executed == ["Prompt"]  # bob was refused at the subscription, before any command
+
+
 async def test_interrupt_by_request_id_reaches_a_queued_run() -> None:
     provider = ScriptedProvider([text_turn(*["w "] * 50)], delay_s=0.01)
     async with running_kernel(provider) as kernel:
