@@ -28,6 +28,7 @@ and everything resumes when Redis is back (the client reconnects; leases are re-
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -131,6 +132,28 @@ class SlotKeepingPool(coredis.ConnectionPool):
             self._available_connections.put_nowait(None)
 
 
+class CancelledIsNoFailure(logging.Filter):
+    """coredis logs a connection attempt it was told to stop — a follower that ends while its
+    pool is opening a connection — as "Connection attempt failed unexpectedly!" at ERROR, with
+    the cancellation's traceback: a false alarm for an operator (seen in the soak). Records
+    whose exception is a cancellation (asyncio's or trio's) are dropped; every other passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return error is None or not _is_cancellation(error)
+
+
+def _is_cancellation(error: BaseException) -> bool:
+    kind = type(error)
+    return isinstance(error, asyncio.CancelledError) or (kind.__module__.startswith("trio") and kind.__name__ == "Cancelled")
+
+
+def _quiet_cancelled_connects() -> None:
+    coredis_log = logging.getLogger("coredis")
+    if not any(isinstance(f, CancelledIsNoFailure) for f in coredis_log.filters):
+        coredis_log.addFilter(CancelledIsNoFailure())
+
+
 class Forwarded(msgspec.Struct, frozen=True):
     id: str
     command: m.Command
@@ -162,6 +185,7 @@ class RedisCluster:
         stream_retention: int = 10_000,
         outbox_limit: int = 100_000,
     ) -> None:
+        _quiet_cancelled_connects()
         self.instance_id = instance_id or uuid.uuid4().hex[:12]
         self.url = url
         self.prefix = key_prefix

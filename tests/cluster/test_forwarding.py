@@ -10,6 +10,8 @@ was withdrawn or changes nothing.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,7 +26,7 @@ from kernel import model as m
 from kernel.cluster import RemoteSubscription
 from kernel.routing import ClusterRouting
 from kernel.testing import running_kernel
-from plugins.cluster.redis import Forwarded, RedisCluster
+from plugins.cluster.redis import CancelledIsNoFailure, Forwarded, RedisCluster
 from tests.services import redis_url
 
 pytestmark = pytest.mark.anyio
@@ -219,6 +221,22 @@ async def test_blocking_reads_cancelled_by_the_hundred_leave_the_connection_pool
             claimed = await cluster.claim("s") is None
         assert claimed  # it did not have to wait for the blocking read to return
         tg.cancel_scope.cancel()
+
+
+def test_a_cancelled_connection_attempt_is_no_error_in_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    """coredis logs a connection attempt cancelled on purpose (a follower ending while its pool
+    connects) as "failed unexpectedly" at ERROR, with the cancellation's traceback (seen in the
+    soak's instance logs). Once a cluster exists that record is dropped; real failures stay."""
+    RedisCluster(redis_url(), key_prefix="gwtest-log")
+    RedisCluster(redis_url(), key_prefix="gwtest-log")  # the filter is installed once
+    coredis_log = logging.getLogger("coredis")
+    assert sum(isinstance(f, CancelledIsNoFailure) for f in coredis_log.filters) == 1
+    for error in (asyncio.CancelledError("Cancelled via cancel scope"), ConnectionRefusedError("Unable to connect")):
+        try:
+            raise error
+        except BaseException:
+            coredis_log.exception("Connection attempt failed unexpectedly!")
+    assert [r.exc_info[0] for r in caplog.records if r.name == "coredis" and r.exc_info] == [ConnectionRefusedError]
 
 
 # ------------------------------------------------------------------ resuming after a loss
