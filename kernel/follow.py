@@ -228,9 +228,9 @@ class RunFollower:
         if policy is not None and command.options.approval is None:
             command = msgspec.structs.replace(command, options=msgspec.structs.replace(command.options, approval=policy))
         live = kernel.sessions.get(command.session_id) if command.session_id is not None else None
-        # An ephemeral session (one OpenAI-style request's) was opened by the caller just now,
-        # on this instance, the only one that has it: opening it again would only repeat the
-        # access check the subscription makes (one kernel command of a proxied first token).
+        # An ephemeral session (one OpenAI-style request's) exists already and only here, in
+        # memory: opening it again would only repeat the access check the subscription makes
+        # (one kernel command on a proxied first token's path).
         if isinstance(command, Prompt) and not (live is not None and live.ephemeral):
             opened = await kernel.execute(OpenSession(session_id=command.session_id, agent_id=command.agent_id), caller)
             command = msgspec.structs.replace(command, session_id=opened.session.session_id)
