@@ -26,6 +26,8 @@ def _named_agent_id(name: str) -> str:
     """An agent's id from its name (stable across restarts). Cached: every event of a run
     names its agent, and a UUID5 (SHA-1 and a UUID object) cost 50 µs of each proxied request."""
     return str(uuid.uuid5(AGENT_NAMESPACE, name))
+
+
 DEFAULT_AGENT_NAME = "General Assistant"
 
 DEFAULT_TOOL_LIMITS: dict[str, int] = {

@@ -180,6 +180,21 @@ async def bare_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             await send({"type": "websocket.send", "text": "pong"})
 
 
+async def serve_on_hypercorn(app: Any, config: Any, ready_value: object) -> None:
+    """Serve ``app`` with hypercorn on the backend running (the same worker the gateway uses)
+    until stdin closes; ``ready_value`` is reported once the socket listens."""
+    stop = anyio.Event()
+    if sniffio.current_async_library() == "trio":
+        from hypercorn.trio import serve
+    else:
+        from hypercorn.asyncio import serve  # type: ignore[assignment]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: serve(app, config, shutdown_trigger=stop.wait, mode="asgi"))
+        ready(ready_value)  # the socket listens already; connections queue until hypercorn accepts them
+        await until_stdin_closes()
+        tg.cancel_scope.cancel()
+
+
 async def serve_bare(args: argparse.Namespace) -> None:
     from transports.shared import ServerConfig, build_hypercorn_config
 
@@ -189,16 +204,7 @@ async def serve_bare(args: argparse.Namespace) -> None:
     config = build_hypercorn_config(ServerConfig(), f"fd://{fd}")
     config.websocket_max_message_size = 256 * 1024 * 1024
     config.backlog = 1024
-    stop = anyio.Event()
-    if sniffio.current_async_library() == "trio":
-        from hypercorn.trio import serve
-    else:
-        from hypercorn.asyncio import serve  # type: ignore[assignment]
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: serve(bare_app, config, shutdown_trigger=stop.wait, mode="asgi"))  # type: ignore[arg-type]
-        ready(port)  # the socket listens already; connections queue until hypercorn accepts them
-        await until_stdin_closes()
-        tg.cancel_scope.cancel()
+    await serve_on_hypercorn(bare_app, config, port)
 
 
 # ------------------------------------------------------------------ bare relay (the library floor)
@@ -243,17 +249,7 @@ async def serve_relay(args: argparse.Namespace) -> None:
     from transports.shared import ServerConfig, build_hypercorn_config
 
     fd, port = listen()
-    config = build_hypercorn_config(ServerConfig(), f"fd://{fd}")
-    stop = anyio.Event()
-    if sniffio.current_async_library() == "trio":
-        from hypercorn.trio import serve
-    else:
-        from hypercorn.asyncio import serve  # type: ignore[assignment]
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: serve(relay_app(args.upstream), config, shutdown_trigger=stop.wait, mode="asgi"))  # type: ignore[arg-type]
-        ready(f"http://127.0.0.1:{port}/v1")
-        await until_stdin_closes()
-        tg.cancel_scope.cancel()
+    await serve_on_hypercorn(relay_app(args.upstream), build_hypercorn_config(ServerConfig(), f"fd://{fd}"), f"http://127.0.0.1:{port}/v1")
 
 
 # ------------------------------------------------------------------ gateway
