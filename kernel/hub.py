@@ -14,6 +14,12 @@ for everyone else. So a healthy reader, however fast the model, loses nothing; a
 that stopped reading holds the run up for at most its grace, and can subscribe again
 with ``after_seq`` to resume while the events are retained. Memory per subscriber is
 bounded by its buffer; the retained log is bounded in events and in bytes.
+
+A run's first token is handed over (:meth:`EventHub.hand_over`): the run waits until the
+readers that event woke have taken it and come back for more — their first write is
+out — before it parses its next chunk. A writer whose socket write yields to the
+scheduler (every write on trio) otherwise writes its first frame only after the run has
+parsed whatever burst arrived meanwhile.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from collections import deque
 from collections.abc import Callable
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from .model import ErrorInfo, Event, SubscriberLagged, TextDelta
@@ -32,6 +39,10 @@ from .model import ErrorInfo, Event, SubscriberLagged, TextDelta
 MAX_MERGED_CHARS = 4096
 #: What an event costs beyond its text, for the byte bounds (a struct and its fields).
 EVENT_OVERHEAD_BYTES = 128
+#: The longest a run waits for its readers to take its first token (:meth:`EventHub.hand_over`):
+#: more than a first write takes on a busy server; a reader that does not come back (it does
+#: something else between reads) holds the run up this long once, not more.
+HAND_OVER_S = 0.01
 
 
 def event_bytes(event: Event) -> int:
@@ -66,14 +77,17 @@ class EventHub:
         self._closed = False
         #: Where every event is copied too (a cluster's shared stream), if anywhere.
         self.mirror: Callable[[Event], None] | None = None
-        #: Set by :meth:`publish` when it woke a subscriber that was waiting for events.
-        self.woke_reader = False
+        # The subscribers the last publish woke (they were waiting for events).
+        self._woken: list[Subscription] = []
+        # During a hand-over: the woken readers not back yet, and what tells the run they are.
+        self._handing: set[Subscription] = set()
+        self._handed = anyio.Event()
         #: Told the ``client`` of each subscriber cut off for lagging (telemetry), if set.
         self.on_lag_cut: Callable[[str | None], None] | None = None
 
     def publish(self, event: Event) -> Event:
         """Stamp the next ``seq`` on the event, retain it and offer it to every subscriber."""
-        self.woke_reader = False
+        self._woken.clear()
         self.last_seq += 1
         stamped = msgspec.structs.replace(event, seq=self.last_seq)
         size = event_bytes(stamped)
@@ -91,6 +105,35 @@ class EventHub:
         while len(self._log) > self._retention or (self._log_bytes > self._retention_bytes and len(self._log) > 1):
             self._log.popleft()
             self._log_bytes -= self._log_sizes.popleft()
+
+    @property
+    def woke_reader(self) -> bool:
+        """The last publish woke a subscriber that was waiting for events."""
+        return bool(self._woken)
+
+    async def hand_over(self) -> None:
+        """Wait until the readers the last publish woke have taken what they were given and
+        wait again (or went away), :data:`HAND_OVER_S` at most: a run's first token is
+        written before the run goes on (see the module's docstring)."""
+        self._handing = {sub for sub in self._woken if not sub._closed}
+        if not self._handing:
+            return
+        try:
+            # Where a reader's write does not yield (asyncio's socket writes), one round is all
+            # it takes: no timer then.
+            await anyio.lowlevel.checkpoint()
+            if self._handing:
+                self._handed = anyio.Event()
+                with anyio.move_on_after(HAND_OVER_S):
+                    await self._handed.wait()
+        finally:
+            self._handing.clear()
+
+    def _back(self, sub: Subscription) -> None:
+        """A reader waits again (or is gone): one fewer for the hand-over to wait for."""
+        self._handing.discard(sub)
+        if not self._handing:
+            self._handed.set()
 
     @property
     def backlogged(self) -> bool:
@@ -154,6 +197,8 @@ class EventHub:
     def _discard(self, sub: Subscription) -> None:
         self._subscribers.discard(sub)
         self._caught_up(sub)
+        if sub in self._handing:
+            self._back(sub)
 
     @property
     def subscriber_count(self) -> int:
@@ -222,7 +267,7 @@ class Subscription:
             self._bytes += size
             if self._waiting:
                 self._waiting = False
-                self._hub.woke_reader = True
+                self._hub._woken.append(self)
                 self._wake.set()
             return
         now = self._clock()
@@ -253,6 +298,8 @@ class Subscription:
     def _finish(self) -> None:
         self._closed = True
         self._wake.set()
+        if self in self._hub._handing:
+            self._hub._back(self)
 
     def _take(self) -> Event:
         event = self._buffer.popleft()
@@ -283,6 +330,8 @@ class Subscription:
                 raise StopAsyncIteration
             if self._wake.is_set():  # one event per wait that found nothing, not per event
                 self._wake = anyio.Event()
+            if self in self._hub._handing:
+                self._hub._back(self)
             self._waiting = True
             try:
                 await self._wake.wait()

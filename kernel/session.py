@@ -15,7 +15,6 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.lowlevel
 import msgspec
 
 from .host import seq_key
@@ -155,10 +154,11 @@ class Session:
     async def emit(self, event: Event) -> Event:
         """Publish an event; while a subscriber is behind, wait for it (within its grace).
 
-        The first delta of a run lets the readers it woke run before the run goes on —
-        before the provider's next chunk is parsed — so the first token is never held back
+        The first delta of a run is handed over to the readers it woke
+        (:meth:`~kernel.hub.EventHub.hand_over`): the run goes on — parses the provider's
+        next chunk — once they have written it, so the first token is never held back
         behind a burst; after it, deltas pile up in busy readers' buffers and merge, which
-        is what makes bursts cheap. (Other events do not yield: a client that sees
+        is what makes bursts cheap. (Other events do not wait: a client that sees
         ``run_finished`` finds the session idle.)
         """
         stamped = self.hub.publish(event)
@@ -166,8 +166,7 @@ class Session:
             await self.hub.room()
         elif self._first_delta and isinstance(event, TextDelta | ReasoningDelta):
             self._first_delta = False
-            if self.hub.woke_reader:
-                await anyio.lowlevel.checkpoint()
+            await self.hub.hand_over()
         return stamped
 
     # -------------------------------------------------------------- inbox

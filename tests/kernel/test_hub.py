@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import anyio
+import anyio.lowlevel
 import pytest
 
+from kernel import hub as hub_module
 from kernel import model as m
-from kernel.hub import EventHub
+from kernel.hub import EventHub, Subscription
 from kernel.testing import ScriptedProvider, running_kernel, text_turn
 
 from .helpers import run_events
@@ -151,3 +153,74 @@ async def test_follower_deadline_and_session_end() -> None:
         assert await follower.next_batch(anyio.current_time() + 0.02) == [] and not follower.closed
         await kernel.execute(m.DeleteSession(session_id="s"))
         assert await follower.next_batch() == [] and follower.closed
+
+
+async def _reader(sub: Subscription, log: list[str], writes: int, then: str = "wait") -> None:
+    """Takes one event, then "writes" it in ``writes`` scheduling rounds (a socket write on
+    trio yields), then waits for more, closes, or goes away for good."""
+    event = await sub.__anext__()
+    assert isinstance(event, m.TextDelta)
+    log.append(f"took {event.text}")
+    for _ in range(writes):
+        await anyio.lowlevel.checkpoint()
+    log.append("written")
+    if then == "close":
+        sub.close()
+    elif then == "away":
+        await anyio.sleep_forever()
+    else:
+        await sub.__anext__()
+
+
+async def test_first_token_is_written_before_the_run_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hub_module, "HAND_OVER_S", 60.0)
+    hub = EventHub("s", retention=100, buffer_size=10, grace_s=1)
+    sub = hub.subscribe()
+    log: list[str] = []
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_reader, sub, log, 5)
+            await anyio.wait_all_tasks_blocked()
+            hub.publish(delta("first"))
+            assert hub.woke_reader
+            await hub.hand_over()
+            log.append("run goes on")
+            hub.publish(delta("second"))
+    assert log == ["took first", "written", "run goes on"]
+
+
+async def test_a_reader_that_closes_or_never_returns_releases_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hub_module, "HAND_OVER_S", 60.0)
+    hub = EventHub("s", retention=100, buffer_size=10, grace_s=1)
+    closing, log = hub.subscribe(), list[str]()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_reader, closing, log, 3, "close")
+            await anyio.wait_all_tasks_blocked()
+            hub.publish(delta("first"))
+            await hub.hand_over()  # released by the close, not by the bound
+            log.append("run goes on")
+    assert log == ["took first", "written", "run goes on"]
+
+    monkeypatch.setattr(hub_module, "HAND_OVER_S", 0.05)
+    away = hub.subscribe()
+    log = []
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_reader, away, log, 0, "away")
+            await anyio.wait_all_tasks_blocked()
+            hub.publish(delta("again"))
+            await hub.hand_over()  # the bound: the reader is still away
+            log.append("run goes on")
+            tg.cancel_scope.cancel()
+    assert log == ["took again", "written", "run goes on"]
+
+
+async def test_no_hand_over_to_a_subscriber_that_was_not_waiting() -> None:
+    hub = EventHub("s", retention=100, buffer_size=10, grace_s=1)
+    busy = hub.subscribe()  # nobody is reading it now: it takes the event when it comes back
+    hub.publish(delta("first"))
+    assert not hub.woke_reader
+    with anyio.fail_after(5):
+        await hub.hand_over()
+    assert [e.text for e in busy.receive_nowait()] == ["first"]  # type: ignore[union-attr]
