@@ -46,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "ProviderError": ".provider",
     "ProviderRequest": ".provider",
     "ReasoningChunk": ".provider",
+    "ResponseStarted": ".provider",
     "TextChunk": ".provider",
     "ToolCallChunk": ".provider",
     "ToolSpec": ".provider",
@@ -184,6 +185,7 @@ if TYPE_CHECKING:
     from .provider import ProviderError as ProviderError
     from .provider import ProviderRequest as ProviderRequest
     from .provider import ReasoningChunk as ReasoningChunk
+    from .provider import ResponseStarted as ResponseStarted
     from .provider import TextChunk as TextChunk
     from .provider import ToolCallChunk as ToolCallChunk
     from .provider import ToolSpec as ToolSpec

@@ -650,6 +650,17 @@ class TurnStarted(RunEvent, frozen=True, tag="turn_started"):
     iteration: int = 0
 
 
+class ModelResponding(RunEvent, frozen=True, tag="model_responding"):
+    """The model accepted the turn's request and its answer is on the way (an upstream's
+    status and headers arrived); nothing to show yet. A dialect that holds its response's
+    headers until the run's first output, so that an early failure keeps its real HTTP
+    status, sends them now: its client then reads the headers while the model works, as it
+    would from the upstream itself, and a failure from here on is one the upstream too would
+    report inside its stream. Not every provider says so (the echo model does not)."""
+
+    turn: int
+
+
 #: Why a run was interrupted: a client's interrupt command (or the client leaving), the
 #: gateway draining or shutting down, or the run outliving a dialect's timeout.
 #: Why a run was interrupted: the client asked; the gateway drains or shuts down; it ran out of
@@ -705,6 +716,7 @@ Event = (
     | ToolProgress
     | TurnLimitReached
     | TurnStarted
+    | ModelResponding
     | RunFinished
     | RunFailed
     | ContextCleared

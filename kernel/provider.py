@@ -73,7 +73,14 @@ class FinishChunk(msgspec.Struct, frozen=True):
     reason: FinishReason
 
 
-Chunk = TextChunk | ReasoningChunk | ToolCallChunk | UsageChunk | FinishChunk
+class ResponseStarted(msgspec.Struct, frozen=True):
+    """The upstream accepted the request and its answer is on the way (its status and headers
+    arrived, nothing of the content yet). Optional: a provider that streams over HTTP yields it
+    first, so that a dialect holding its response until the first output can send its headers
+    now (the run's ``model_responding`` event)."""
+
+
+Chunk = TextChunk | ReasoningChunk | ToolCallChunk | UsageChunk | FinishChunk | ResponseStarted
 
 
 # ``upstream_unauthorized``: the upstream refused the gateway's own key (or none is set) — the

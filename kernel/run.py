@@ -25,6 +25,7 @@ from .model import (
     FilePart,
     KernelError,
     Message,
+    ModelResponding,
     PromptOptions,
     ReasoningDelta,
     RunFailed,
@@ -46,6 +47,7 @@ from .provider import (
     ProviderError,
     ProviderRequest,
     ReasoningChunk,
+    ResponseStarted,
     TextChunk,
     ToolCallChunk,
     ToolSpec,
@@ -311,6 +313,8 @@ async def _stream(
                 state.context_tokens = chunk.usage.input_tokens
             elif isinstance(chunk, FinishChunk):
                 finish = chunk.reason
+            elif isinstance(chunk, ResponseStarted):
+                await session.emit(ModelResponding(**ids, turn=session.turns))
     calls = [
         ToolCall(id=slot["id"] or f"call_{ids['run_id']}_{index}", name=slot["name"], arguments=slot["arguments"] or "{}")
         for index, slot in sorted(fragments.items())

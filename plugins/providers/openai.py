@@ -25,7 +25,9 @@ Works against OpenAI, DeepSeek, vLLM, llama.cpp, Ollama and friends, configured 
   interrupt) or closes the generator, the upstream HTTP response is closed at once
   instead of generating until garbage collection. After ``[DONE]`` the rest of the body
   is drained (briefly) so that the connection goes back to the pool.
-* Chunks are translated to the kernel's provider chunks: ``TextChunk``,
+* A streamed answer begins with ``ResponseStarted`` once the upstream's status and
+  headers are in (the run's ``model_responding``: a dialect can send its own headers while
+  the model works). Chunks are translated to the kernel's provider chunks: ``TextChunk``,
   ``ReasoningChunk`` (``reasoning_content`` / ``reasoning`` deltas, as DeepSeek and vLLM
   send them), ``ToolCallChunk`` fragments keyed by index, ``UsageChunk`` (the last usage
   the upstream reported) and a final ``FinishChunk``.
@@ -60,6 +62,7 @@ from kernel import (
     OpenAISettings,
     ProviderError,
     ProviderRequest,
+    ResponseStarted,
     Settings,
     ToolSpec,
     file_text,
@@ -324,6 +327,7 @@ class OpenAIProvider:
                 for chunk in self._answer(await self._whole(reads)):
                     yield chunk
                 return
+            yield ResponseStarted()
             events = SSEData()
             reader = StreamReader()
             turn_ends = time.monotonic() + _TURN_S

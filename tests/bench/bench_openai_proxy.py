@@ -219,6 +219,7 @@ def floor_rows(direct: Target, relay: Target, via: Target, backend: str) -> list
     for what, d, r, g in (
         ("time to first token", direct.ttft_ms, relay.ttft_ms, via.ttft_ms),
         ("non-stream answer", direct.complete_ms, relay.complete_ms, via.complete_ms),
+        ("paced stream, time to first token", direct.paced_ttft_ms, relay.paced_ttft_ms, via.paced_ttft_ms),
     ):
         floor = h.median(r) - h.median(d)
         own = h.median(g) - h.median(r)

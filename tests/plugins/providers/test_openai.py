@@ -26,6 +26,7 @@ from kernel.provider import (
     ProviderError,
     ProviderRequest,
     ReasoningChunk,
+    ResponseStarted,
     TextChunk,
     ToolCallChunk,
     ToolSpec,
@@ -62,10 +63,18 @@ async def provider_for(server: FakeOpenAIServer, **overrides: object) -> AsyncIt
         await provider.aclose()
 
 
-async def collect(provider: OpenAIProvider, request: ProviderRequest = HELLO) -> list[Chunk]:
+async def stream_of(provider: OpenAIProvider, request: ProviderRequest = HELLO) -> list[Chunk]:
+    """Every chunk the provider yields, ``ResponseStarted`` included."""
     with anyio.fail_after(10):
         async with aclosing(provider.stream(request)) as chunks:  # type: ignore[type-var]
             return [c async for c in chunks]
+
+
+async def collect(provider: OpenAIProvider, request: ProviderRequest = HELLO) -> list[Chunk]:
+    """The answer's chunks (a streamed answer's leading ``ResponseStarted`` left out:
+    test_the_upstreams_acceptance_comes_first is about it)."""
+    chunks = await stream_of(provider, request)
+    return chunks[1:] if chunks[:1] == [ResponseStarted()] else chunks
 
 
 async def fails(provider: OpenAIProvider, request: ProviderRequest = HELLO) -> ProviderError:
@@ -93,6 +102,31 @@ async def test_text_stream_usage_and_finish() -> None:
     ]
     assert "".join(c.text for c in chunks if isinstance(c, TextChunk)) == "Hello brave new world"
     assert server.completed == 1 and server.disconnects == []
+
+
+@pytest.mark.anyio
+async def test_the_upstreams_acceptance_comes_first() -> None:
+    """A streamed answer begins with ``ResponseStarted`` once the upstream's 200 and headers
+    are in (a dialect can send its own headers then); an answer that comes whole (JSON) has
+    nothing to announce; a refusal raises before anything is yielded."""
+    completion = {
+        "id": "c", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "whole"}}],
+    }
+    script = [Reply(text="Hello world", chunks=2), Reply.raw([json.dumps(completion).encode()], content_type="application/json"),
+              Reply.rate_limited(retry_after=3)]
+    async with fake_openai_server(script) as server, provider_for(server) as provider:
+        streamed = await stream_of(provider)
+        assert streamed[0] == ResponseStarted() and streamed.count(ResponseStarted()) == 1
+        assert [c for c in streamed if isinstance(c, TextChunk)] == [TextChunk("Hello "), TextChunk("world")]
+        whole = await stream_of(provider)
+        assert ResponseStarted() not in whole and TextChunk("whole") in whole
+        yielded: list[Chunk] = []
+        with pytest.raises(ProviderError) as refused:
+            async with aclosing(provider.stream(HELLO)) as chunks:  # type: ignore[type-var]
+                async for chunk in chunks:
+                    yielded.append(chunk)
+        assert refused.value.code == "rate_limited" and yielded == []
 
 
 @pytest.mark.anyio

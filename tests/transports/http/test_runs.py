@@ -3,13 +3,15 @@ subscriber lag, and shutdown with open streams."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
+
 import anyio
 import httpx
 import msgspec
 import openai
 import pytest
 
-from kernel import Follower
+from kernel import Chunk, Follower, ProviderError, ProviderRequest, ResponseStarted
 from kernel import model as m
 from kernel.settings import SessionSettings, Settings
 from kernel.testing import ScriptedProvider, running_kernel, text_turn
@@ -156,3 +158,67 @@ def test_config_defaults_and_validation() -> None:
         HttpConfig(run_timeout_s=0)
     with pytest.raises(ConfigError):
         HttpConfig(sse_keepalive_s=-1)
+
+
+class AcceptsThenAnswers:
+    """A model that accepts a request at once (``ResponseStarted``, as the openai provider
+    does when the upstream's headers arrive) and answers — or fails — once ``release`` is set."""
+
+    name = "accepting"
+    model = "accepting-1"
+
+    def __init__(self, failure: ProviderError | None = None) -> None:
+        self.release = anyio.Event()
+        self.failure = failure
+
+    async def stream(self, request: ProviderRequest) -> AsyncGenerator[Chunk, None]:
+        yield ResponseStarted()
+        await self.release.wait()
+        if self.failure is not None:
+            raise self.failure
+        for chunk in text_turn("Hello", " there"):
+            yield chunk
+
+    async def aclose(self) -> None:
+        return None
+
+
+#: dialect -> (path, a streamed request, what a whole answer ends with, what a failed one carries)
+STREAMED = {
+    "openai": ("/v1/chat/completions", {"model": "default", "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+               "data: [DONE]", '"error"'),
+    "responses": ("/v1/responses", {"model": "default", "stream": True, "input": "hi"}, "event: response.completed", "event: response.failed"),
+    "anthropic": ("/v1/messages", {"model": "default", "stream": True, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]},
+                  "event: message_stop", "event: error"),
+}
+
+
+@pytest.mark.parametrize("dialect", STREAMED)
+async def test_streamed_headers_arrive_while_the_model_works(dialect: str) -> None:
+    """Once the model accepted the request (``model_responding``) the headers go out, before
+    the first token: the client reads them while the model works, as from the upstream."""
+    path, body, whole, _ = STREAMED[dialect]
+    provider = AcceptsThenAnswers()
+    async with running_kernel(provider) as kernel, http_server(kernel) as url, client(url) as http:
+        with anyio.fail_after(10):
+            async with http.stream("POST", path, json=body, headers={"x-api-key": "unused"}) as response:
+                assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+                assert not provider.release.is_set()  # the headers came before any of the answer
+                provider.release.set()
+                text = (await response.aread()).decode()
+        assert "Hello" in text and "there" in text and whole in text
+
+
+@pytest.mark.parametrize("dialect", STREAMED)
+async def test_a_failure_after_the_model_accepted_ends_the_stream_as_a_failure(dialect: str) -> None:
+    """The headers are out: a failure before the first token is an in-stream error, never a
+    whole answer (an upstream that accepts and then fails reports it in its stream too)."""
+    path, body, whole, failed = STREAMED[dialect]
+    provider = AcceptsThenAnswers(ProviderError("the upstream broke off", code="provider_error"))
+    async with running_kernel(provider) as kernel, http_server(kernel) as url, client(url) as http:
+        with anyio.fail_after(10):
+            async with http.stream("POST", path, json=body, headers={"x-api-key": "unused"}) as response:
+                assert response.status_code == 200
+                provider.release.set()
+                text = (await response.aread()).decode()
+        assert failed in text and "the upstream broke off" in text and whole not in text

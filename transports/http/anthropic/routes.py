@@ -9,8 +9,9 @@ and a kernel session kept between requests would only be a stale copy of it. The
 followed under the transport's OpenAI approval policy (nobody here can answer a question).
 
 Non-stream answers wait for the run's end (bounded by ``run_timeout_s``; a client that
-disconnects interrupts the run). Streams hold their headers until the run's first output,
-so a failure before it keeps its real HTTP status; after it, a failure — or a run that was
+disconnects interrupts the run). Streams hold their headers until the run's first output
+or the upstream's acceptance (``model_responding``), so a failure before it keeps its real
+HTTP status; after it, a failure — or a run that was
 interrupted or cut short for any reason (``kernel.model.run_end_error``) — is an
 ``event: error`` and never a ``message_stop``. Quiet streams get ``event: ping``.
 """
@@ -27,7 +28,7 @@ from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
 from transports.shared import Request, Response, Router, format_sse, json_response
 
-from ..runs import Unanswered, ephemeral_run, read_run, write_run
+from ..runs import Unanswered, ephemeral_run, read_run, response_starts, write_run
 from . import codec, reply_codec
 from .codec import MessagesPlan
 from .reply_codec import Frame, StreamEncoder
@@ -144,7 +145,7 @@ class AnthropicApi:
         # first event is written in the same scheduling round as it arrives (see read_run).
         async with anyio.create_task_group() as tasks:
             pending, why = await read_run(
-                request, run, timeout_s=self.run_timeout_s, until=lambda event: isinstance(event, reply_codec.OUTPUT), tasks=tasks
+                request, run, timeout_s=self.run_timeout_s, until=response_starts(lambda event: isinstance(event, reply_codec.OUTPUT)), tasks=tasks
             )
             if why is not None:
                 return await self._unanswered(run, why, request_id)

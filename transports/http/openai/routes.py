@@ -6,9 +6,10 @@ follower under the transport's approval policy (nobody can answer a question on 
 API), and the session is deleted when the answer is out or the client went away.
 Non-streamed answers wait for the run's end (bounded by ``run_timeout_s``; a client
 that disconnects interrupts the run). Streamed answers hold the response headers back
-until the run produces its first output, so a failure before that (the usual case for
-an upstream rate limit) still gets its real HTTP status; after that a failure is an
-in-stream ``{"error": ...}`` event, which the OpenAI SDKs raise.
+until the run produces its first output or the upstream has accepted the request
+(``model_responding``), so a failure before that (the usual case for an upstream rate
+limit) still gets its real HTTP status; after that a failure is an in-stream
+``{"error": ...}`` event, which the OpenAI SDKs raise.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
 from transports.shared import Request, Response, Router, format_sse, json_response
 
-from ..runs import Unanswered, ephemeral_run, read_run, write_run
+from ..runs import Unanswered, ephemeral_run, read_run, response_starts, write_run
 from . import codec
 from .codec import ChatPlan
 from .wire import OpenAIError
@@ -109,7 +110,7 @@ class OpenAIApi:
         # first chunk is written in the same scheduling round as it arrives (see read_run).
         async with anyio.create_task_group() as tasks:
             pending, why = await read_run(
-                request, run, timeout_s=self.run_timeout_s, until=lambda event: isinstance(event, codec.OUTPUT), tasks=tasks
+                request, run, timeout_s=self.run_timeout_s, until=response_starts(lambda event: isinstance(event, codec.OUTPUT)), tasks=tasks
             )
             if why is not None:
                 return await self._unanswered(run, why)

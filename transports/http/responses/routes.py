@@ -15,7 +15,7 @@ it runs:
 Stored responses are kept in a bounded map of this process (``stored.py``); an
 ``item_reference`` input names an output item of one of them. A client that disconnects
 interrupts the run; its response ends ``cancelled``. Streams hold their headers until the
-run's first output, so that a failure before it keeps its HTTP status (a rate limit, as
+run's first output or the upstream's acceptance (``model_responding``), so that a failure before it keeps its HTTP status (a rate limit, as
 OpenAI answers it); after that an answer that is not whole (a failure, an interrupt, a
 drain) is ``response.failed``. Hosted tools (``web_search`` …) are left out, logged once
 per type. Reasoning items are sealed with a key of the gateway's (``sealed.py``).
@@ -40,7 +40,7 @@ from transports.shared import Request, Response, Router, format_sse, json_respon
 
 from ..openai.codec import client_gone, from_error_info, run_timeout
 from ..openai.wire import OpenAIError
-from ..runs import Unanswered, read_run, write_run
+from ..runs import Unanswered, read_run, response_starts, write_run
 from . import codec
 from . import wire as w
 from .codec import Frame, ResponseBuilder, ResponsePlan
@@ -179,7 +179,7 @@ class ResponsesApi:
         return Response(200, codec.encode(builder.final), content_type="application/json", headers=self._headers(builder))
 
     async def _stream(self, request: Request, run: RunFollower, builder: ResponseBuilder) -> Response | None:
-        pending, why = await read_run(request, run, timeout_s=self.run_timeout_s, until=builder.shows)
+        pending, why = await read_run(request, run, timeout_s=self.run_timeout_s, until=response_starts(builder.shows))
         if why is not None:
             return await self._unanswered(run, why)
         error = m.run_end_error(run.end) if run.end is not None else None
