@@ -16,8 +16,8 @@ with ``after_seq`` to resume while the events are retained. Memory per subscribe
 bounded by its buffer; the retained log is bounded in events and in bytes.
 
 A run's first token is handed over (:meth:`EventHub.hand_over`): the run waits until the
-readers that event woke have taken it and come back for more — their first write is
-out — before it parses its next chunk. A writer whose socket write yields to the
+readers it woke — with that event or an earlier one they have not taken yet — have taken
+it and come back for more — their first write is out — before it parses its next chunk. A writer whose socket write yields to the
 scheduler (every write on trio) otherwise writes its first frame only after the run has
 parsed whatever burst arrived meanwhile.
 """
@@ -77,8 +77,6 @@ class EventHub:
         self._closed = False
         #: Where every event is copied too (a cluster's shared stream), if anywhere.
         self.mirror: Callable[[Event], None] | None = None
-        # The subscribers the last publish woke (they were waiting for events).
-        self._woken: list[Subscription] = []
         # During a hand-over: the woken readers not back yet, and what tells the run they are.
         self._handing: set[Subscription] = set()
         self._handed = anyio.Event()
@@ -87,7 +85,6 @@ class EventHub:
 
     def publish(self, event: Event) -> Event:
         """Stamp the next ``seq`` on the event, retain it and offer it to every subscriber."""
-        self._woken.clear()
         self.last_seq += 1
         stamped = msgspec.structs.replace(event, seq=self.last_seq)
         size = event_bytes(stamped)
@@ -106,16 +103,13 @@ class EventHub:
             self._log.popleft()
             self._log_bytes -= self._log_sizes.popleft()
 
-    @property
-    def woke_reader(self) -> bool:
-        """The last publish woke a subscriber that was waiting for events."""
-        return bool(self._woken)
-
     async def hand_over(self) -> None:
-        """Wait until the readers the last publish woke have taken what they were given and
-        wait again (or went away), :data:`HAND_OVER_S` at most: a run's first token is
-        written before the run goes on (see the module's docstring)."""
-        self._handing = {sub for sub in self._woken if not sub._closed}
+        """Wait until the readers woken to take events (by the last publish, or by an earlier
+        one they have not got to yet: a run's ``model_responding`` just before its first
+        delta) have taken them and wait again (or went away), :data:`HAND_OVER_S` at most: a
+        run's first token is written before the run goes on (see the module's docstring).
+        A subscriber that was not waiting for events is not waited for."""
+        self._handing = {sub for sub in self._subscribers if sub._woken}
         if not self._handing:
             return
         try:
@@ -127,6 +121,8 @@ class EventHub:
                 with anyio.move_on_after(HAND_OVER_S):
                     await self._handed.wait()
         finally:
+            for late in self._handing:  # busy elsewhere: not waited for again until it waits
+                late._woken = False
             self._handing.clear()
 
     def _back(self, sub: Subscription) -> None:
@@ -224,6 +220,8 @@ class Subscription:
         self._clock = clock
         self._wake = anyio.Event()
         self._waiting = False
+        # Woken to take events and not waiting again yet (what a hand-over waits for).
+        self._woken = False
         self._overflow_since: float | None = None
         self._delivered_seq = 0
         self._closed = False
@@ -267,7 +265,7 @@ class Subscription:
             self._bytes += size
             if self._waiting:
                 self._waiting = False
-                self._hub._woken.append(self)
+                self._woken = True
                 self._wake.set()
             return
         now = self._clock()
@@ -330,6 +328,7 @@ class Subscription:
                 raise StopAsyncIteration
             if self._wake.is_set():  # one event per wait that found nothing, not per event
                 self._wake = anyio.Event()
+            self._woken = False
             if self in self._hub._handing:
                 self._hub._back(self)
             self._waiting = True

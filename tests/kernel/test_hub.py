@@ -182,11 +182,39 @@ async def test_first_token_is_written_before_the_run_goes_on(monkeypatch: pytest
             tg.start_soon(_reader, sub, log, 5)
             await anyio.wait_all_tasks_blocked()
             hub.publish(delta("first"))
-            assert hub.woke_reader
             await hub.hand_over()
             log.append("run goes on")
             hub.publish(delta("second"))
     assert log == ["took first", "written", "run goes on"]
+
+
+async def test_a_reader_woken_before_the_first_token_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader was woken by an event just before the first delta (a run's
+    ``model_responding``) and has not run yet: the first delta wakes nobody, and is still
+    handed over — the run does not parse a whole burst before that reader writes."""
+    monkeypatch.setattr(hub_module, "HAND_OVER_S", 60.0)
+    hub = EventHub("s", retention=100, buffer_size=10, grace_s=1)
+    sub = hub.subscribe()
+    log: list[str] = []
+
+    async def reader() -> None:
+        taken = [await sub.__anext__(), *sub.receive_nowait()]
+        log.append("took " + ", ".join(type(event).__name__ for event in taken))
+        for _ in range(5):
+            await anyio.lowlevel.checkpoint()
+        log.append("written")
+        await sub.__anext__()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)
+            await anyio.wait_all_tasks_blocked()
+            hub.publish(started())
+            hub.publish(delta("first"))
+            await hub.hand_over()
+            log.append("run goes on")
+            hub.publish(delta("second"))
+    assert log == ["took RunStarted, TextDelta", "written", "run goes on"]
 
 
 async def test_a_reader_that_closes_or_never_returns_releases_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -212,15 +240,18 @@ async def test_a_reader_that_closes_or_never_returns_releases_the_run(monkeypatc
             hub.publish(delta("again"))
             await hub.hand_over()  # the bound: the reader is still away
             log.append("run goes on")
+            monkeypatch.setattr(hub_module, "HAND_OVER_S", 60.0)
+            hub.publish(delta("later"))
+            await hub.hand_over()  # busy elsewhere: not waited for again until it waits
+            log.append("next run goes on")
             tg.cancel_scope.cancel()
-    assert log == ["took again", "written", "run goes on"]
+    assert log == ["took again", "written", "run goes on", "next run goes on"]
 
 
 async def test_no_hand_over_to_a_subscriber_that_was_not_waiting() -> None:
     hub = EventHub("s", retention=100, buffer_size=10, grace_s=1)
     busy = hub.subscribe()  # nobody is reading it now: it takes the event when it comes back
     hub.publish(delta("first"))
-    assert not hub.woke_reader
     with anyio.fail_after(5):
         await hub.hand_over()
     assert [e.text for e in busy.receive_nowait()] == ["first"]  # type: ignore[union-attr]

@@ -2,8 +2,8 @@
 and the throw-away session of a request that carries its whole conversation.
 
 A request is answered once its run has ended (a JSON answer) or has produced
-its first output or the model has begun to answer (a stream, whose headers are held until
-then so that an early failure keeps its real HTTP status). Either wait is bounded by ``run_timeout_s`` and ends as
+its first output or the model has accepted the request (a stream, whose headers are held
+until then so that an early failure keeps its real HTTP status). Either wait is bounded by ``run_timeout_s`` and ends as
 soon as the client goes away, so that its run can be interrupted.
 """
 
@@ -24,6 +24,12 @@ from transports.shared import Request, open_sse, wait_disconnect
 log = logging.getLogger("gateway.http")
 
 Unanswered = Literal["gone", "timeout"]
+#: A stream whose model accepted the request (``model_responding``) sends its headers this long
+#: after, when nothing it shows came by then: a first token that follows at once (an upstream
+#: that had it ready) goes out with them in one write; otherwise the client reads the headers
+#: while the model works, as it would from the upstream itself, instead of after the first
+#: token (the openai SDK spends 0.8-1 ms on them). Short against any real model's first token.
+HEADERS_GRACE_S = 0.001
 
 
 async def read_run(
@@ -35,8 +41,9 @@ async def read_run(
     tasks: TaskGroup | None = None,
 ) -> tuple[list[m.Event], Unanswered | None]:
     """The run's events up to its end, or up to the first batch holding an event that
-    ``until`` accepts; and ``"gone"`` / ``"timeout"`` when the client left or time ran
-    out first.
+    ``until`` accepts — or, with ``until``, :data:`HEADERS_GRACE_S` after the model accepted
+    the request (``model_responding``); and ``"gone"`` / ``"timeout"`` when the client left
+    or time ran out first.
 
     ``tasks``: the caller's task group, to watch the client from. Then this returns as
     soon as it has the events, leaving the watch to end in the background, instead of
@@ -67,27 +74,25 @@ async def _read(
                 reading.cancel()
 
         tasks.start_soon(watch)
+        wait_until = deadline
         try:
             while run.end is None:
-                batch = await run.next_batch(deadline)
-                if not batch:  # the deadline passed
+                batch = await run.next_batch(wait_until)
+                if not batch:
+                    if wait_until < deadline:  # accepted, and nothing shown in the grace
+                        break
                     why = "timeout"
                     break
                 seen.extend(batch)
-                if until is not None and any(until(event) for event in batch):
+                if until is None:
+                    continue
+                if any(until(event) for event in batch):
                     break
+                if wait_until == deadline and any(isinstance(event, m.ModelResponding) for event in batch):
+                    wait_until = min(deadline, anyio.current_time() + HEADERS_GRACE_S)
         finally:
             watching.cancel()
     return seen, why
-
-
-def response_starts(shows: Callable[[m.Event], bool]) -> Callable[[m.Event], bool]:
-    """What a streamed answer holds its headers for (``until`` of :func:`read_run`): an event
-    it shows (``shows``), or the model's answer on its way (``model_responding``) — the client
-    then reads the headers while the model works, as it would from the upstream itself,
-    instead of after the first token (0.8-1 ms of the openai SDK's time to first token,
-    measured). A failure before either still gets its real HTTP status."""
-    return lambda event: isinstance(event, m.ModelResponding) or shows(event)
 
 
 #: A dialect's SSE bytes for a batch of a run's events, and whether the run ended with it.

@@ -28,7 +28,7 @@ from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
 from transports.shared import Request, Response, Router, format_sse, json_response
 
-from ..runs import Unanswered, ephemeral_run, read_run, response_starts, write_run
+from ..runs import Unanswered, ephemeral_run, read_run, write_run
 from . import codec, reply_codec
 from .codec import MessagesPlan
 from .reply_codec import Frame, StreamEncoder
@@ -145,7 +145,7 @@ class AnthropicApi:
         # first event is written in the same scheduling round as it arrives (see read_run).
         async with anyio.create_task_group() as tasks:
             pending, why = await read_run(
-                request, run, timeout_s=self.run_timeout_s, until=response_starts(lambda event: isinstance(event, reply_codec.OUTPUT)), tasks=tasks
+                request, run, timeout_s=self.run_timeout_s, until=lambda event: isinstance(event, reply_codec.OUTPUT), tasks=tasks
             )
             if why is not None:
                 return await self._unanswered(run, why, request_id)

@@ -24,7 +24,7 @@ from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
 from transports.shared import Request, Response, Router, format_sse, json_response
 
-from ..runs import Unanswered, ephemeral_run, read_run, response_starts, write_run
+from ..runs import Unanswered, ephemeral_run, read_run, write_run
 from . import codec
 from .codec import ChatPlan
 from .wire import OpenAIError
@@ -110,7 +110,7 @@ class OpenAIApi:
         # first chunk is written in the same scheduling round as it arrives (see read_run).
         async with anyio.create_task_group() as tasks:
             pending, why = await read_run(
-                request, run, timeout_s=self.run_timeout_s, until=response_starts(lambda event: isinstance(event, codec.OUTPUT)), tasks=tasks
+                request, run, timeout_s=self.run_timeout_s, until=lambda event: isinstance(event, codec.OUTPUT), tasks=tasks
             )
             if why is not None:
                 return await self._unanswered(run, why)

@@ -40,7 +40,7 @@ from transports.shared import Request, Response, Router, format_sse, json_respon
 
 from ..openai.codec import client_gone, from_error_info, run_timeout
 from ..openai.wire import OpenAIError
-from ..runs import Unanswered, read_run, response_starts, write_run
+from ..runs import Unanswered, read_run, write_run
 from . import codec
 from . import wire as w
 from .codec import Frame, ResponseBuilder, ResponsePlan
@@ -179,7 +179,7 @@ class ResponsesApi:
         return Response(200, codec.encode(builder.final), content_type="application/json", headers=self._headers(builder))
 
     async def _stream(self, request: Request, run: RunFollower, builder: ResponseBuilder) -> Response | None:
-        pending, why = await read_run(request, run, timeout_s=self.run_timeout_s, until=response_starts(builder.shows))
+        pending, why = await read_run(request, run, timeout_s=self.run_timeout_s, until=builder.shows)
         if why is not None:
             return await self._unanswered(run, why)
         error = m.run_end_error(run.end) if run.end is not None else None
