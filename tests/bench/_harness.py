@@ -294,12 +294,15 @@ async def child(*args: str, env: dict[str, str] | None = None, timeout_s: float 
 
 
 @contextlib.asynccontextmanager
-async def gateway_cli(args: Sequence[str], env: dict[str, str], ready: str, timeout_s: float = 30.0) -> AsyncIterator[tuple[asyncio.subprocess.Process, re.Match[str]]]:
-    """Run ``python -m gateway ARGS`` until the block ends; ready once its log matches ``ready``."""
+async def gateway_cli(
+    args: Sequence[str], env: dict[str, str], ready: str, timeout_s: float = 30.0, *, tree: Path = ROOT
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, re.Match[str]]]:
+    """Run ``python -m gateway ARGS`` until the block ends; ready once its log matches ``ready``.
+    ``tree``: the checkout it runs from (its modules come first on the path)."""
     stderr_file = open_stderr_file()
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gateway", *args,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL, stderr=stderr_file, env=env, cwd=str(ROOT),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL, stderr=stderr_file, env=env, cwd=str(tree),
     )
     stderr_file.close()
     log = Path(stderr_file.name)
