@@ -156,11 +156,10 @@ async def test_follower_deadline_and_session_end() -> None:
 
 
 async def _reader(sub: Subscription, log: list[str], writes: int, then: str = "wait") -> None:
-    """Takes one event, then "writes" it in ``writes`` scheduling rounds (a socket write on
+    """Takes what is ready, then "writes" it in ``writes`` scheduling rounds (a socket write on
     trio yields), then waits for more, closes, or goes away for good."""
-    event = await sub.__anext__()
-    assert isinstance(event, m.TextDelta)
-    log.append(f"took {event.text}")
+    taken = [await sub.__anext__(), *sub.receive_nowait()]
+    log.append("took " + ", ".join(event.text if isinstance(event, m.TextDelta) else type(event).__name__ for event in taken))
     for _ in range(writes):
         await anyio.lowlevel.checkpoint()
     log.append("written")
@@ -172,7 +171,11 @@ async def _reader(sub: Subscription, log: list[str], writes: int, then: str = "w
         await sub.__anext__()
 
 
-async def test_first_token_is_written_before_the_run_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("before", [(), (started(),)], ids=["woken by the delta", "woken just before it"])
+async def test_first_token_is_written_before_the_run_goes_on(before: tuple[m.Event, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Woken by the first delta, or by an event just before it that it has not taken yet (a
+    run's ``model_responding``; then the delta wakes nobody): the reader writes the first
+    token before the run goes on to parse the rest of a burst."""
     monkeypatch.setattr(hub_module, "HAND_OVER_S", 60.0)
     hub = EventHub("s", retention=100, buffer_size=10, grace_s=1)
     sub = hub.subscribe()
@@ -181,40 +184,13 @@ async def test_first_token_is_written_before_the_run_goes_on(monkeypatch: pytest
         async with anyio.create_task_group() as tg:
             tg.start_soon(_reader, sub, log, 5)
             await anyio.wait_all_tasks_blocked()
+            for event in before:
+                hub.publish(event)
             hub.publish(delta("first"))
             await hub.hand_over()
             log.append("run goes on")
             hub.publish(delta("second"))
-    assert log == ["took first", "written", "run goes on"]
-
-
-async def test_a_reader_woken_before_the_first_token_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The reader was woken by an event just before the first delta (a run's
-    ``model_responding``) and has not run yet: the first delta wakes nobody, and is still
-    handed over — the run does not parse a whole burst before that reader writes."""
-    monkeypatch.setattr(hub_module, "HAND_OVER_S", 60.0)
-    hub = EventHub("s", retention=100, buffer_size=10, grace_s=1)
-    sub = hub.subscribe()
-    log: list[str] = []
-
-    async def reader() -> None:
-        taken = [await sub.__anext__(), *sub.receive_nowait()]
-        log.append("took " + ", ".join(type(event).__name__ for event in taken))
-        for _ in range(5):
-            await anyio.lowlevel.checkpoint()
-        log.append("written")
-        await sub.__anext__()
-
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(reader)
-            await anyio.wait_all_tasks_blocked()
-            hub.publish(started())
-            hub.publish(delta("first"))
-            await hub.hand_over()
-            log.append("run goes on")
-            hub.publish(delta("second"))
-    assert log == ["took RunStarted, TextDelta", "written", "run goes on"]
+    assert log == [f"took {'RunStarted, ' if before else ''}first", "written", "run goes on"]
 
 
 async def test_a_reader_that_closes_or_never_returns_releases_the_run(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,10 +1,11 @@
 """Reading a run for an HTTP answer: the one wait the OpenAI and Anthropic dialects share,
 and the throw-away session of a request that carries its whole conversation.
 
-A request is answered once its run has ended (a JSON answer) or has produced
-its first output or the model has accepted the request (a stream, whose headers are held
-until then so that an early failure keeps its real HTTP status). Either wait is bounded by ``run_timeout_s`` and ends as
-soon as the client goes away, so that its run can be interrupted.
+A request is answered once its run has ended (a JSON answer) or has produced its first
+output or its model has accepted the request (a stream, whose headers are held until then
+so that an early failure keeps its real HTTP status). Either wait is bounded by
+``run_timeout_s`` and ends as soon as the client goes away, so that its run can be
+interrupted.
 """
 
 from __future__ import annotations

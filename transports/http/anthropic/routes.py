@@ -10,10 +10,9 @@ followed under the transport's OpenAI approval policy (nobody here can answer a 
 
 Non-stream answers wait for the run's end (bounded by ``run_timeout_s``; a client that
 disconnects interrupts the run). Streams hold their headers until the run's first output
-or the upstream's acceptance (``model_responding``), so a failure before it keeps its real
-HTTP status; after it, a failure — or a run that was
-interrupted or cut short for any reason (``kernel.model.run_end_error``) — is an
-``event: error`` and never a ``message_stop``. Quiet streams get ``event: ping``.
+or the upstream's acceptance (``model_responding``), so a failure before that keeps its real
+HTTP status; after it, a failure — or a run that was interrupted or cut short for any reason
+(``kernel.model.run_end_error``) — is an ``event: error`` and never a ``message_stop``. Quiet streams get ``event: ping``.
 """
 
 from __future__ import annotations
