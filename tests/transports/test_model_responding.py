@@ -76,11 +76,11 @@ def batches(fresh: Callable[[], Callable[[list[m.Event]], Any]]) -> Encode:
 
 
 def a2a(events: list[m.Event]) -> list[Any]:
-    """The A2A stream's updates, their random message ids left out."""
+    """The A2A stream's updates, their random message ids and their clock's timestamps left out."""
     encoder = A2AEncoder("t1", "ctx1")
     view = TaskView(task_id="t1", context_id="ctx1", state="working")
     encoded = [msgspec.json.encode(encoder.feed(event, view)).decode() for event in events]
-    return [re.sub(r'"message_?[iI]d":"[^"]*"', "", out) for out in encoded]
+    return [re.sub(r'"(message_?[iI]d|timestamp)":"[^"]*"', "", out) for out in encoded]
 
 
 def responses(events: list[m.Event]) -> list[Any]:
