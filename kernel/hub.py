@@ -126,10 +126,11 @@ class EventHub:
             self._handing.clear()
 
     def _back(self, sub: Subscription) -> None:
-        """A reader waits again (or is gone): one fewer for the hand-over to wait for."""
-        self._handing.discard(sub)
-        if not self._handing:
-            self._handed.set()
+        """A reader waits again (or is gone): one fewer for a hand-over to wait for."""
+        if sub in self._handing:
+            self._handing.discard(sub)
+            if not self._handing:
+                self._handed.set()
 
     @property
     def backlogged(self) -> bool:
@@ -193,8 +194,7 @@ class EventHub:
     def _discard(self, sub: Subscription) -> None:
         self._subscribers.discard(sub)
         self._caught_up(sub)
-        if sub in self._handing:
-            self._back(sub)
+        self._back(sub)
 
     @property
     def subscriber_count(self) -> int:
@@ -296,8 +296,7 @@ class Subscription:
     def _finish(self) -> None:
         self._closed = True
         self._wake.set()
-        if self in self._hub._handing:
-            self._hub._back(self)
+        self._hub._back(self)
 
     def _take(self) -> Event:
         event = self._buffer.popleft()
@@ -328,8 +327,8 @@ class Subscription:
                 raise StopAsyncIteration
             if self._wake.is_set():  # one event per wait that found nothing, not per event
                 self._wake = anyio.Event()
-            self._woken = False
-            if self in self._hub._handing:
+            if self._woken:  # only a woken reader can be handed to: no set lookup per wait
+                self._woken = False
                 self._hub._back(self)
             self._waiting = True
             try:

@@ -46,7 +46,8 @@ async def one_order(trees: tuple[Path, Path], backend: str, upstream: str, round
     """The median paired differences B - A (streamed first token; non-stream answer, burst only)."""
     names = ("b", "a") if b_first else ("a", "b")
     async with contextlib.AsyncExitStack() as stack:
-        urls = {name: await stack.enter_async_context(gateway_from(trees[name == "b"], backend, upstream, name)) for name in names}
+        tree = {"a": trees[0], "b": trees[1]}
+        urls = {name: await stack.enter_async_context(gateway_from(tree[name], backend, upstream, name)) for name in names}
         clients = {name: client(url) for name, url in urls.items()}
         for each in clients.values():
             stack.push_async_callback(each.close)

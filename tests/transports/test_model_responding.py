@@ -88,6 +88,11 @@ def responses(events: list[m.Event]) -> list[Any]:
     return [builder.feed(event) for event in events] + [builder.snapshot("completed")]
 
 
+def openfang_rest(events: list[m.Event]) -> list[Any]:
+    encoder = SseEncoder(DeltaCoalescer(0, 0))
+    return [encoder.feed([event], 0.0) for event in events]
+
+
 def tasks(events: list[m.Event]) -> list[Any]:
     task = RunTask("t1", "s1", run_id="r1")
     return [task.feed(event) for event in events] + [(task.state, task.text)]
@@ -101,7 +106,7 @@ ENCODERS: dict[str, Encode] = {
     "acp": each(lambda: SessionStream("/tmp", 200_000).updates),
     "agui": batches(lambda: RunEncoder(RunRecord("thread1", "r1", Segment(run_id="agui-run"), 0)).feed),
     "openfang ws": each(lambda: TurnEncoder({"q1"}).feed),
-    "openfang rest": batches(lambda: (lambda encoder: lambda batch: encoder.feed(batch, 0.0))(SseEncoder(DeltaCoalescer(0, 0)))),
+    "openfang rest": openfang_rest,
     "agent-cli": batches(lambda: AgentCliCodec("s1").on_events),
     "packet": each(lambda: RunCollector().feed),
     "tasks (A2A)": tasks,
