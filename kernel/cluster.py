@@ -130,6 +130,13 @@ class Cluster(Protocol):
         """The stream's last ``count`` events, oldest first."""
 
 
+#: Why a run whose owner died ends (a ``run_failed`` with code ``owner_lost``).
+OWNER_LOST = "the gateway instance running this session stopped; another took it over"
+#: The same for a run the owner accepted and never started (it was queued there, or the owner
+#: died before announcing it): the new owner never heard of it.
+NEVER_STARTED = "the gateway instance that accepted this run stopped before running it; another took the session over"
+
+
 def owner_lost(tail: list[Event]) -> RunFailed | None:
     """The ``run_failed`` that ends a run the dead owner left in flight (``None``: none was)."""
     ended: set[str] = set()
@@ -138,10 +145,7 @@ def owner_lost(tail: list[Event]) -> RunFailed | None:
             ended.add(event.run_id)
         elif isinstance(event, RunStarted) and event.run_id not in ended:
             return RunFailed(
-                session_id=event.session_id,
-                run_id=event.run_id,
-                request_id=event.request_id,
-                error=ErrorInfo(code="owner_lost", message="the gateway instance running this session stopped; another took it over"),
+                session_id=event.session_id, run_id=event.run_id, request_id=event.request_id, error=ErrorInfo(code="owner_lost", message=OWNER_LOST)
             )
     return None
 
@@ -154,6 +158,11 @@ class RemoteSubscription:
     ``subscriber_lagged`` event, and when the owner is gone it takes the session over
     through its kernel, then goes on reading the events the new owner (this instance)
     mirrors into the stream.
+
+    It also ends the runs the stream will never tell of: a run whose command was sent from
+    this instance and accepted by the owner (:meth:`expect`) but never started there — it was
+    queued behind another, or the owner died between accepting it and announcing it — ends
+    ``owner_lost`` here once the session (at its new owner) neither runs nor queues it.
     """
 
     def __init__(
@@ -175,6 +184,14 @@ class RemoteSubscription:
         # session no longer runs one of them, its end was lost (the owner died while Redis was
         # away); when this instance stops first, they end here with its reason.
         self._open_runs: dict[str, str | None] = {}
+        # Runs accepted for commands sent from here whose start was not read yet (their request ids).
+        self._expected: dict[str, str | None] = {}
+        # The runs whose end was read lately: an acceptance read after its run's end expects nothing.
+        self._ended: deque[str] = deque(maxlen=64)
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
 
     @property
     def last_seq(self) -> int:
@@ -191,7 +208,7 @@ class RemoteSubscription:
 
     def _take(self) -> Event:
         event = self._buffer.popleft()
-        if not isinstance(event, SubscriberLagged):
+        if event.seq and not isinstance(event, SubscriberLagged):  # a made-up end (seq 0) is in no log
             self._delivered_seq = event.seq
         return event
 
@@ -258,22 +275,39 @@ class RemoteSubscription:
         self._read_seq = events[-1].seq
         for event in events:
             if isinstance(event, RunStarted):
+                self._expected.pop(event.run_id, None)
                 self._open_runs[event.run_id] = event.request_id
             elif isinstance(event, m.RunFinished | m.RunFailed):
+                self._expected.pop(event.run_id, None)
                 self._open_runs.pop(event.run_id, None)
+                self._ended.append(event.run_id)
+
+    def expect(self, run_id: str, request_id: str | None) -> None:
+        """The owner accepted a run of this session for a command sent from here: its end is
+        owed to this follower even if the stream never tells of the run."""
+        if not self._closed and run_id not in self._open_runs and run_id not in self._ended:
+            self._expected[run_id] = request_id
 
     @property
     def following_a_run(self) -> bool:
-        """A run of the session started and its end has not reached this follower yet."""
-        return bool(self._open_runs) and not self._closed
+        """A run of the session started (or was accepted) and its end has not reached this
+        follower yet."""
+        return bool(self._open_runs or self._expected) and not self._closed
+
+    def _end_here(self, runs: dict[str, str | None], error: ErrorInfo) -> None:
+        """End ``runs`` for this follower with ``error``: a ``run_failed`` the kernel makes up
+        (seq 0: in no log), so that no client's stream of them waits for ever or closes looking
+        complete."""
+        for run_id, request_id in runs.items():
+            self._buffer.append(RunFailed(session_id=self._session_id, run_id=run_id, request_id=request_id, error=error))
+            self._open_runs.pop(run_id, None)
+            self._expected.pop(run_id, None)
+            self._ended.append(run_id)
 
     def stop(self, error: ErrorInfo) -> None:
         """This instance stops before the runs it follows end (they go on at their owner):
-        each ends here with ``error`` (a ``run_failed`` the kernel makes up, seq 0: in no log),
-        so no client's stream of it closes looking complete; then following ends."""
-        for run_id, request_id in self._open_runs.items():
-            self._buffer.append(RunFailed(session_id=self._session_id, run_id=run_id, request_id=request_id, error=error))
-        self._open_runs.clear()
+        each ends here with ``error``; then following ends."""
+        self._end_here({**self._open_runs, **self._expected}, error)
         self._closed = True
 
     async def _check_position(self) -> None:
@@ -288,8 +322,10 @@ class RemoteSubscription:
             else:
                 log.warning("following session %s: %s", self._session_id, exc.message)
             return
-        lost_end = bool(set(self._open_runs) - {reply.session.run_id})
-        if reply.session.last_seq <= self._read_seq and not lost_end:
+        info = reply.session
+        lost_end = bool(set(self._open_runs) - {info.run_id})
+        if info.last_seq <= self._read_seq and not lost_end:
+            self._end_never_started(info)
             return
         try:
             events = await self._cluster.read(self._session_id, self._read_seq, OWNER_CHECK_S)  # its last events may be on their way
@@ -313,6 +349,19 @@ class RemoteSubscription:
                 )
             )
             self._closed = True
+
+    def _end_never_started(self, info: m.SessionInfo) -> None:
+        """The session is where this follower read up to: an accepted run it neither runs nor
+        queues (a run without a client id: nothing queued at all) never started and never will —
+        its owner died with it accepted; the new owner never heard of it."""
+        gone = {
+            run_id: request_id
+            for run_id, request_id in self._expected.items()
+            if run_id != info.run_id and not (request_id in info.queued_requests if request_id is not None else info.queued)
+        }
+        if gone:
+            log.warning("following session %s: %d accepted run(s) never started at their owner: ended owner_lost", self._session_id, len(gone))
+            self._end_here(gone, ErrorInfo(code="owner_lost", message=NEVER_STARTED))
 
     def close(self) -> None:
         self._closed = True

@@ -443,6 +443,15 @@ class Kernel:
             raise m.KernelError("forbidden", "listing keys needs the 'admin' scope")
         return await self.keys.views()
 
+    def run_accepted_elsewhere(self, accepted: m.Accepted) -> None:
+        """A run command routed from here was accepted: every follower here of its session
+        (which reads the shared stream) is owed the run's end, also if the stream never tells
+        of the run (its owner died before starting it)."""
+        assert accepted.run_id is not None
+        for remote in list(self.remote_followers):
+            if remote.session_id == accepted.session_id:
+                remote.expect(accepted.run_id, accepted.request_id)
+
     def lease_lost(self, session_id: str) -> None:
         """Another instance owns the session now (our lease expired): stop running it here.
         Its runs end ``owner_lost`` (never a whole-looking answer: what they would still

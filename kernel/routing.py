@@ -67,6 +67,11 @@ class RoutingHost(Protocol):
         """Another instance runs the session now: let it go here."""
         ...
 
+    def run_accepted_elsewhere(self, accepted: m.Accepted) -> None:
+        """A run command sent from here was accepted (by the session's owner): the followers
+        here of its session are owed its end (:meth:`RemoteSubscription.expect`)."""
+        ...
+
     async def execute(self, command: m.GetSession, caller: m.Caller = m.LOCAL_CALLER) -> m.SessionOpened:
         """Routed (what a remote subscription asks the session's owner)."""
         ...
@@ -131,9 +136,12 @@ class ClusterRouting:
         if not outcome:
             log.warning("stopping while %s for session %s waited on instance %s: answered draining", type(command).__name__, command.session_id, owner)
             raise m.KernelError("draining", f"this gateway instance stopped while instance {owner} had not answered for session {command.session_id}: retry")
-        if isinstance(outcome[0], m.KernelError):
-            raise outcome[0]
-        return outcome[0]
+        reply = outcome[0]
+        if isinstance(reply, m.KernelError):
+            raise reply
+        if isinstance(reply, m.Accepted) and reply.run_id is not None:
+            self.host.run_accepted_elsewhere(reply)
+        return reply
 
     async def _forward_once(self, owner: str, command: m.Command) -> m.Reply:
         """The owner's reply. Its wait is bounded by the owner's lease (``Cluster.forward``).

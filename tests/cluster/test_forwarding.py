@@ -268,3 +268,51 @@ async def test_a_follower_resuming_where_the_stream_lost_the_events_is_told_of_t
     fresh = RemoteSubscription(owner_says, LostStream(), "s", 433, "test")  # type: ignore[arg-type]
     await fresh.prime()
     assert level.receive_nowait() == [] and fresh.receive_nowait() == []
+
+
+class ScriptedStream:
+    """A session's stream that holds ``events`` and then nothing more (each empty read takes a
+    moment, as a blocking read does)."""
+
+    def __init__(self, events: list[m.Event]) -> None:
+        self.events = events
+
+    async def read(self, session_id: str, after_seq: int, timeout_s: float) -> list[m.Event]:
+        found = [event for event in self.events if event.seq > after_seq]
+        if not found:
+            await anyio.sleep(0.01)
+        return found
+
+
+async def test_a_run_its_owner_accepted_and_never_started_ends_owner_lost_for_the_follower_it_is_owed_to() -> None:
+    """The soak's hung OpenFang socket: its prompt, sent through instance A, was accepted by the
+    owner B, which died before the run's first event reached the stream (or with the run queued
+    behind another). The instance that took the session over never heard of the run, and the
+    follower at A — reading a stream that would never tell of it — waited for ever. Now the
+    follower the acceptance was routed through ends the run ``owner_lost`` once the session
+    neither runs nor queues it; while it is queued at a live owner, nothing is made up."""
+    info = m.SessionInfo(session_id="s", agent_id="a", last_seq=5, run_id="r0", request_id="p0", queued=1, queued_requests=("p1",))
+
+    async def owner_says(command: m.GetSession) -> m.SessionOpened:
+        return m.SessionOpened(session=info)
+
+    follower = RemoteSubscription(owner_says, ScriptedStream([]), "s", 5, "test")  # type: ignore[arg-type]
+    follower.expect("r1", "p1")
+    assert follower.following_a_run
+    with anyio.move_on_after(0.2):  # queued behind r0 at a live owner: its end is yet to come
+        await follower.__anext__()
+        raise AssertionError("an end was made up for a queued run")
+    info = m.SessionInfo(session_id="s", agent_id="a", last_seq=5)  # taken over: idle, nothing queued
+    with anyio.fail_after(5):
+        end = await follower.__anext__()
+    assert isinstance(end, m.RunFailed) and (end.run_id, end.request_id, end.error.code) == ("r1", "p1", "owner_lost"), end
+    assert end.seq == 0 and follower.last_seq == 5 and not follower.following_a_run  # made up: in no log
+
+    # An acceptance that arrives after its run's end was read expects nothing more.
+    ran = [m.RunStarted(session_id="s", run_id="r2", request_id="p2", seq=6), m.RunFinished(session_id="s", run_id="r2", request_id="p2", text="", seq=7)]
+    info = m.SessionInfo(session_id="s", agent_id="a", last_seq=7)
+    quick = RemoteSubscription(owner_says, ScriptedStream(ran), "s", 5, "test")  # type: ignore[arg-type]
+    with anyio.fail_after(5):
+        assert [await quick.__anext__(), await quick.__anext__()] == ran
+    quick.expect("r2", "p2")
+    assert not quick.following_a_run

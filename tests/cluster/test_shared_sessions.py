@@ -156,3 +156,31 @@ async def test_a_prompt_sent_to_an_instance_that_lost_the_session_is_run_by_the_
         assert isinstance(end, m.RunFinished) and end.text == "b1" and "s" not in a.sessions
         history = await b.execute(m.GetHistory(session_id="s"))
         assert [x.content for x in history.messages] == ["first", "a1", "second", "b1"]
+
+
+async def test_a_prompt_queued_at_an_owner_that_lost_the_session_ends_owner_lost_where_it_was_sent() -> None:
+    """A prompt sent through B was accepted by the owner A behind a run in flight there; then A
+    lost the session (as when A dies: its lease is gone, and B takes the session over). B's new
+    session never heard of the queued run and the stream never tells of it (A's events are
+    refused now): the request at B ends ``owner_lost`` — it used to wait for ever (the soak's
+    hung sockets, where the owner died between accepting a prompt and announcing its run)."""
+    a_model = ScriptedProvider([text_turn(*WORDS)], delay_s=0.01)
+    async with cluster_kernels([a_model, ScriptedProvider([text_turn("b1")])], lease_s=30.0) as (a, b):
+        await a.execute(m.OpenSession(session_id="s"))
+        async with await RunFollower.start(a, m.Prompt(session_id="s", text="first")) as first:
+            with anyio.fail_after(20):
+                while not any(isinstance(e, m.TextDelta) for e in await first.next_batch()):
+                    pass
+            async with await RunFollower.start(b, m.Prompt(session_id="s", request_id="queued", text="second")) as second:
+                assert second.accepted.queued and "s" not in b.sessions  # forwarded to A, waiting behind "first"
+                cluster = a.cluster
+                assert isinstance(cluster, RedisCluster)
+                await cluster._client.delete([cluster._owner_key("s")])  # A's lease is gone (A renews every 10 s here)
+                await b.execute(m.GetSession(session_id="s"))  # B needs the session: B takes it over
+                with anyio.fail_after(20):
+                    end = await second.wait()
+                assert isinstance(end, m.RunFailed) and end.error.code == "owner_lost" and end.request_id == "queued", end
+            with anyio.fail_after(20):
+                assert isinstance(await first.wait(), m.RunFailed | m.RunFinished)
+        history = await b.execute(m.GetHistory(session_id="s"))
+        assert isinstance(history, m.HistoryView) and "second" not in [x.content for x in history.messages]
