@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -70,6 +71,7 @@ class Attempt:
     took_s: float = 0.0
     phase: str = "calm"
     pid: int = 0  # the instance's process (an instance restarted is another one)
+    wall: float = field(default_factory=time.time)  # when it was sent, as the instances' logs tell time
 
 
 @dataclass
@@ -99,6 +101,17 @@ class Report:
     def drained_cut(self) -> list[Attempt]:
         return [a for a in self.attempts if a.ending == "failed" and DRAINED in a.detail]
 
+    def log_excerpt(self, attempt: Attempt, margin_s: float = 2.0) -> str:
+        """The instances' warnings and errors from around an attempt (what a failure is traced with)."""
+        start, end = attempt.wall - margin_s, attempt.wall + attempt.took_s + margin_s
+        lines = []
+        for index, log in sorted(self.stderr.items()):
+            for line in log.splitlines():
+                stamp = _log_time(line)
+                if stamp is not None and start <= stamp <= end and (" WARNING " in line or " ERROR " in line):
+                    lines.append(f"instance {index}: {line}")
+        return "\n".join(lines)
+
     def latency_ms(self, phase: str | None = None) -> list[float]:
         return sorted(a.took_s * 1000 for a in self.attempts if a.ending == "whole" and (phase is None or a.phase == phase))
 
@@ -115,6 +128,13 @@ class Report:
             "added_p99_ms": _pct(rolling, 99) - _pct(calm, 99) if calm and rolling else None,
             "slowest_s": max((a.took_s for a in self.attempts), default=0.0),
         }
+
+
+def _log_time(line: str) -> float | None:
+    try:
+        return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    except ValueError:
+        return None
 
 
 def _pct(values: list[float], q: float) -> float:

@@ -35,6 +35,8 @@ async def test_rolling_restart_loses_no_acknowledged_prompt_and_ends_every_strea
             print(vars(attempt), file=sys.stderr)
     for row in report.duplicate_rows:
         print("stored twice:", row, file=sys.stderr)
+    for attempt in report.without_terminal():
+        print(f"around {attempt.prompt[:12]}…:\n{report.log_excerpt(attempt)}", file=sys.stderr)
     assert summary["acknowledged"] >= 30, summary  # the clients kept talking throughout
     assert report.lost() == [] and report.duplicated() == [], summary  # each acknowledged prompt stored exactly once
     assert report.without_terminal() == [], [vars(a) for a in report.without_terminal()]
