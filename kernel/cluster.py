@@ -351,9 +351,9 @@ class RemoteSubscription:
             self._closed = True
 
     def _end_never_started(self, info: m.SessionInfo) -> None:
-        """The session is where this follower read up to: an accepted run it neither runs nor
-        queues (a run without a client id: nothing queued at all) never started and never will —
-        its owner died with it accepted; the new owner never heard of it."""
+        """The session is where this follower read up to, so an accepted run it neither runs
+        nor queues never started and never will: its owner died with it accepted, and the new
+        owner never heard of it. (A run without a client id counts as queued while anything is.)"""
         gone = {
             run_id: request_id
             for run_id, request_id in self._expected.items()

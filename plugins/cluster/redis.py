@@ -33,6 +33,7 @@ import logging
 import time
 import uuid
 from collections import deque
+from contextvars import ContextVar
 from typing import Any
 
 import anyio
@@ -115,13 +116,21 @@ _decode_event = msgspec.json.Decoder(m.Event).decode
 _REDIS_ERRORS = (coredis.exceptions.ConnectionError, coredis.exceptions.BusyLoadingError, TimeoutError, OSError)
 
 
+#: Set while a pool call that took a slot makes the connection for it (``SlotKeepingPool``).
+_MAKING: ContextVar[list[bool] | None] = ContextVar("gateway_redis_pool_making", default=None)
+
+
 class SlotKeepingPool(coredis.ConnectionPool):
-    """coredis's connection pool, minus a leak (coredis 6.9): a connection that is no longer
-    usable when it is released — every blocking command (``BLPOP``, ``XREAD BLOCK``) cancelled
-    while it waits is disconnected so — is dropped without giving its slot back. After
-    ``max_connections`` (64) such cancellations every command waits for a blocking one to
-    return: lease renewals took 0.5-2 s and leases expired on a busy instance (the soak's
-    second owners). Here the slot comes back, and a new connection is made on demand."""
+    """coredis's connection pool, minus two leaks (coredis 6.9), each of which loses one of its
+    ``max_connections`` (64) slots for good. With all of them gone every command waits for a
+    blocking one to return: lease renewals took 0.5-2 s and leases expired on a busy instance
+    (the soak's second owners). Here the slot comes back, and a new connection is made on demand:
+
+    * a connection that is no longer usable when it is released — every blocking command
+      (``BLPOP``, ``XREAD BLOCK``) cancelled while it waits is disconnected so — was dropped
+      without giving its slot back;
+    * a command cancelled while the pool makes a new connection for it — on a busy machine a
+      follower's short wait can end during the connect — dropped the slot it had taken."""
 
     def release(self, connection: Any) -> None:
         if connection.usable:
@@ -130,6 +139,26 @@ class SlotKeepingPool(coredis.ConnectionPool):
         self.statistics.connection_released(connection)
         if not self._available_connections.full():
             self._available_connections.put_nowait(None)
+
+    async def _construct_connection(self) -> Any:
+        making = _MAKING.get()
+        if making is not None:
+            making.append(True)  # a slot is taken from here on
+        return await super()._construct_connection()
+
+    async def get_connection(self, **kwargs: Any) -> Any:
+        making: list[bool] = []
+        token = _MAKING.set(making)
+        try:
+            return await super().get_connection(**kwargs)
+        except coredis.exceptions.RedisError:
+            raise  # a connection that failed: coredis gave its slot back
+        except BaseException:
+            if making and not self._available_connections.full():
+                self._available_connections.append_nowait(None)
+            raise
+        finally:
+            _MAKING.reset(token)
 
 
 class CancelledIsNoFailure(logging.Filter):

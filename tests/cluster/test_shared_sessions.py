@@ -181,6 +181,7 @@ async def test_a_prompt_queued_at_an_owner_that_lost_the_session_ends_owner_lost
                     end = await second.wait()
                 assert isinstance(end, m.RunFailed) and end.error.code == "owner_lost" and end.request_id == "queued", end
             with anyio.fail_after(20):
-                assert isinstance(await first.wait(), m.RunFailed | m.RunFinished)
+                end = await first.wait()
+            assert isinstance(end, m.RunFailed) and end.error.code == "owner_lost", end  # A's run in flight: refused, never whole
         history = await b.execute(m.GetHistory(session_id="s"))
         assert isinstance(history, m.HistoryView) and "second" not in [x.content for x in history.messages]
