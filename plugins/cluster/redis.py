@@ -116,8 +116,8 @@ _decode_event = msgspec.json.Decoder(m.Event).decode
 _REDIS_ERRORS = (coredis.exceptions.ConnectionError, coredis.exceptions.BusyLoadingError, TimeoutError, OSError)
 
 
-#: Set while a pool call that took a slot makes the connection for it (``SlotKeepingPool``).
-_MAKING: ContextVar[list[bool] | None] = ContextVar("gateway_redis_pool_making", default=None)
+#: True once a pool call has taken a slot and makes a connection for it (``SlotKeepingPool``).
+_MAKING: ContextVar[bool] = ContextVar("gateway_redis_pool_making", default=False)
 
 
 class SlotKeepingPool(coredis.ConnectionPool):
@@ -141,20 +141,17 @@ class SlotKeepingPool(coredis.ConnectionPool):
             self._available_connections.put_nowait(None)
 
     async def _construct_connection(self) -> Any:
-        making = _MAKING.get()
-        if making is not None:
-            making.append(True)  # a slot is taken from here on
+        _MAKING.set(True)  # called in the taking call's task, once it holds a slot
         return await super()._construct_connection()
 
     async def get_connection(self, **kwargs: Any) -> Any:
-        making: list[bool] = []
-        token = _MAKING.set(making)
+        token = _MAKING.set(False)
         try:
             return await super().get_connection(**kwargs)
         except coredis.exceptions.RedisError:
             raise  # a connection that failed: coredis gave its slot back
         except BaseException:
-            if making and not self._available_connections.full():
+            if _MAKING.get() and not self._available_connections.full():
                 self._available_connections.append_nowait(None)
             raise
         finally:
