@@ -661,8 +661,6 @@ class ModelResponding(RunEvent, frozen=True, tag="model_responding"):
     turn: int
 
 
-#: Why a run was interrupted: a client's interrupt command (or the client leaving), the
-#: gateway draining or shutting down, or the run outliving a dialect's timeout.
 #: Why a run was interrupted: the client asked; the gateway drains or shuts down; it ran out of
 #: time; this instance lost the session to another (``owner_lost``: its lease ran out).
 InterruptCause = Literal["client", "drain", "shutdown", "timeout", "owner_lost"]

@@ -12,7 +12,8 @@ Non-stream answers wait for the run's end (bounded by ``run_timeout_s``; a clien
 disconnects interrupts the run). Streams hold their headers until the run's first output
 or the upstream's acceptance (``model_responding``), so a failure before that keeps its real
 HTTP status; after it, a failure — or a run that was interrupted or cut short for any reason
-(``kernel.model.run_end_error``) — is an ``event: error`` and never a ``message_stop``. Quiet streams get ``event: ping``.
+(``kernel.model.run_end_error``) — is an ``event: error`` and never a ``message_stop``.
+Quiet streams get ``event: ping``.
 """
 
 from __future__ import annotations
