@@ -15,6 +15,8 @@ lets the baseline and the gateway run under identical conditions.
 * ``bare``: a raw ASGI WebSocket app on hypercorn, the baseline. Per connection it
   understands ``load <json list of frames>`` (answers ``loaded``), ``go`` (pushes the
   loaded frames, one ``websocket.send`` each, as fast as hypercorn takes them),
+  ``handoff`` (the same frames through a producer task and a writer task, one scheduling
+  round per frame: :func:`push_through_handoff`),
   ``stream <json spec>`` (pushes stamped frames paced like the bench provider) and
   ``ping`` (answers ``pong``).
 * ``gateway``: the kernel with :class:`~tests.bench._provider.BenchProvider` and one
@@ -36,10 +38,12 @@ import socket
 import sys
 import tempfile
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import msgspec
 import sniffio
 
@@ -165,6 +169,8 @@ async def bare_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         elif command == "go":
             for frame in frames:
                 await send({"type": "websocket.send", "text": frame})
+        elif command == "handoff":
+            await push_through_handoff(frames, send)
         elif command == "stream":
             spec = json.loads(arg)
             n, interval = int(spec["n"]), 1.0 / float(spec["rate"])
@@ -178,6 +184,36 @@ async def bare_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             await send({"type": "websocket.send", "text": _encode({"request_id": "r", "response": {"Complete": {}}}).decode()})
         elif command == "ping":
             await send({"type": "websocket.send", "text": "pong"})
+
+
+async def push_through_handoff(frames: list[str], send: Any) -> None:
+    """The frames as a model's task and a writer's task move them, with nothing else: the
+    producer yields to the scheduler once per frame (as a provider reading each token from its
+    socket does) and hands the frame over; the writer, woken, sends what is ready, one
+    ``websocket.send`` per frame, and waits again. The floor under a gateway's per-delta
+    stream: the round trip between two tasks that the bare push, with no model, never pays."""
+    ready: deque[str] = deque()
+    wake = anyio.Event()
+    produced = False
+
+    async def produce() -> None:
+        nonlocal produced
+        for frame in frames:
+            await anyio.lowlevel.checkpoint()
+            ready.append(frame)
+            wake.set()
+        produced = True
+        wake.set()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(produce)
+        while True:
+            while ready:
+                await send({"type": "websocket.send", "text": ready.popleft()})
+            if produced:
+                return
+            wake = anyio.Event()  # nothing ran since the last check: no hand-over is missed
+            await wake.wait()
 
 
 async def serve_on_hypercorn(app: Any, config: Any, ready_value: object) -> None:

@@ -11,6 +11,13 @@ pushing, to the same ``websockets`` client, exactly the frames the gateway sent 
 coalescing off (captured in this run: same count, same sizes, the turn's non-delta
 frames included), one ``websocket.send`` each.
 
+The floor of a per-delta stream: the same app moving the same frames from a producer task,
+which yields to the scheduler once per frame as the per-delta model does, to a writer task
+that sends them (``_servers.push_through_handoff``). Any server whose model and writer are
+two tasks pays that round trip per delta; the bare push, with no model, does not. The
+per-delta rows with coalescing off are also reported against it (no target: what is left
+above it is the gateway's own share).
+
 Variants:
 
 * **coalescing off**: openfang ``coalesce_ms=0`` and the kernel's merging of waiting
@@ -189,10 +196,11 @@ class Baseline:
             raise RuntimeError("baseline: load failed")
         return cls(ws, frames, final, server)
 
-    async def turn(self) -> tuple[float, list[str], float]:
+    async def turn(self, command: str = "go") -> tuple[float, list[str], float]:
+        """``go``: the bare push; ``handoff``: through two tasks, a round per frame."""
         cpu = self.server.cpu_s()
         watch = h.Stopwatch()
-        await self.ws.send("go")
+        await self.ws.send(command)
         got = await receive_turn(self.ws, self.final)
         elapsed = watch.elapsed
         cpu = self.server.cpu_s() - cpu
@@ -250,9 +258,11 @@ async def measure(transport: str, bare: h.Child, gw_off: h.Child, gw_on: h.Child
             await on.turn(specs[mode])
         base = await Baseline.open(bare, compression, baseline_frames(transport, frames, n, 6), off.final)
         await base.turn()
-        out = {"baseline": Measured()} | {f"{c}/{mode}": Measured() for c in ("off", "on") for mode in MODES}
+        await base.turn("handoff")
+        out = {"baseline": Measured(), "handoff": Measured()} | {f"{c}/{mode}": Measured() for c in ("off", "on") for mode in MODES}
         for _ in range(reps):
             out["baseline"].add(*await base.turn())
+            out["handoff"].add(*await base.turn("handoff"))
             for mode in MODES:
                 out[f"off/{mode}"].add(*await off.turn(specs[mode]))
                 out[f"on/{mode}"].add(*await on.turn(specs[mode]))
@@ -282,7 +292,7 @@ async def run(settings: h.Settings) -> list[h.Result]:
                     deflate = "deflate" if compression else "no deflate"
                     b = m["baseline"].per_s(n)
                     for key, measured in m.items():
-                        if key == "baseline":
+                        if key in ("baseline", "handoff"):
                             continue
                         coalescing, mode = key.split("/")
                         g = measured.per_s(n)
@@ -292,4 +302,11 @@ async def run(settings: h.Settings) -> list[h.Result]:
                             metric="deltas/s", baseline=b, gateway=g, ratio=g / b, target=f">= {target:g}x", met=g / b >= target,
                             details={"n": n, "delta_chars": 6, "baseline": m["baseline"].summary(n), "gateway": measured.summary(n)},
                         ))
+                        if key == "off/per-delta":
+                            floor = m["handoff"].per_s(n)
+                            results.append(h.Result(
+                                bench="ws-stream", variant=f"{transport}, coalescing off, per-delta, {deflate}: against the two-task floor",
+                                backend=backend, metric="deltas/s", baseline=floor, gateway=g, ratio=g / floor, target="report",
+                                details={"n": n, "delta_chars": 6, "floor": m["handoff"].summary(n), "gateway": measured.summary(n)},
+                            ))
     return results
