@@ -34,6 +34,7 @@ from .cluster import RemoteSubscription
 from .hub import Subscription
 from .model import (
     LOCAL_CALLER,
+    SESSION_CLOSED,
     Accepted,
     ApprovalPolicy,
     Caller,
@@ -274,7 +275,7 @@ class RunFollower:
                 if self._follower.closed and self._stopped is not None:
                     return [self._watch.give_up(self.session_id, self._stopped.code, self._stopped.message)]
                 if self._follower.closed:
-                    return [self._watch.give_up(self.session_id, "internal", "the session was closed before the run ended")]
+                    return [self._watch.give_up(self.session_id, "internal", SESSION_CLOSED)]
                 return []
             ours = [event for event in batch if self._watch.feed(event)]
             lost = batch[-1] if isinstance(batch[-1], SubscriberLagged) else None

@@ -84,7 +84,11 @@ class EventHub:
         self.on_lag_cut: Callable[[str | None], None] | None = None
 
     def publish(self, event: Event) -> Event:
-        """Stamp the next ``seq`` on the event, retain it and offer it to every subscriber."""
+        """Stamp the next ``seq`` on the event, retain it and offer it to every subscriber —
+        unless the session is closed: then there is nobody to tell (nor a stream to mirror to:
+        a run that outlived its session's close was ended for its readers already)."""
+        if self._closed:
+            return event
         self.last_seq += 1
         stamped = msgspec.structs.replace(event, seq=self.last_seq)
         size = event_bytes(stamped)

@@ -72,6 +72,9 @@ class ActiveRun:
         self.scope = anyio.CancelScope()
         self.interrupted = False
         self.cause: InterruptCause = "client"
+        #: Its end is published (by the run, or by its session closing without it): its
+        #: readers are owed nothing more, and nothing more is published for it.
+        self.ended = False
         # The run as telemetry's observers see it (kernel/observe.py).
         caller = job.caller
         self.facts = RunFacts(

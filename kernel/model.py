@@ -763,6 +763,19 @@ def run_end_error(end: RunFinished | RunFailed) -> ErrorInfo | None:
     return _INTERRUPT_ERRORS[end.interrupt_cause or "client"]
 
 
+#: Why a run ends when its session closed before the run told its end (the run outlived the
+#: unload's grace, or it was still queued): the words of the made-up ``run_failed``.
+SESSION_CLOSED = "the session was closed before the run ended"
+
+
+def session_closed_end(session_id: str, run_id: str, request_id: str | None, cause: InterruptCause) -> RunFailed:
+    """The ``run_failed`` a closing session gives a run of its that never told its end: a
+    failure in every dialect, never a whole-looking answer; ``owner_lost`` when another
+    instance runs the session now, ``draining`` when this one is draining."""
+    code: ErrorCode = "owner_lost" if cause == "owner_lost" else "draining" if cause == "drain" else "internal"
+    return RunFailed(session_id=session_id, run_id=run_id, request_id=request_id, error=ErrorInfo(code=code, message=SESSION_CLOSED))
+
+
 def forced_end_error(end: RunFinished | RunFailed) -> ErrorInfo | None:
     """:func:`run_end_error` for a dialect that has an "interrupted" answer of its own (the
     native ``interrupted: true``, OpenFang's and Agent-CLI's interrupted markers, ACP's

@@ -72,7 +72,7 @@ async def execute_run(session: RunSession, run: ActiveRun) -> None:
     except KernelError as exc:
         observers.run_ended(run.facts, "failed", exc.code)
         await session.emit(RunStarted(**ids, agent_id=session.agent.agent_id(), regenerate=job.regenerate))
-        await session.emit(RunFailed(**ids, error=exc.info()))
+        await _end(session, run, RunFailed(**ids, error=exc.info()))
         return
     await session.emit(RunStarted(**ids, agent_id=session.agent.agent_id(), regenerate=job.regenerate))
     error: ErrorInfo | None = None
@@ -107,11 +107,13 @@ async def execute_run(session: RunSession, run: ActiveRun) -> None:
         # Told before the last event: a client that sees the run end finds it counted.
         observers.run_ended(run.facts, _outcome(stop, error), error.code if error is not None else None)
         if error is not None:
-            await session.emit(RunFailed(**ids, error=error, text=state.text, usage=state.usage))
+            await _end(session, run, RunFailed(**ids, error=error, text=state.text, usage=state.usage))
             return
-        await session.emit(
+        await _end(
+            session,
+            run,
             RunFinished(
-            **ids,
+                **ids,
                 text=state.text,
                 usage=state.usage,
                 interrupted=interrupted,
@@ -122,8 +124,17 @@ async def execute_run(session: RunSession, run: ActiveRun) -> None:
                 rejected_tools=tuple(state.rejected),
                 pending_tool_calls=tuple(state.pending_client_calls),
                 context_tokens=state.context_tokens,
-            )
+            ),
         )
+
+
+async def _end(session: RunSession, run: ActiveRun, end: RunFinished | RunFailed) -> None:
+    """Publish the run's end — unless its session, closed while the run was still going (the
+    run outlived the unload's grace), has already ended it for the readers."""
+    if run.ended:
+        return
+    run.ended = True
+    await session.emit(end)
 
 
 def _outcome(stop: StopReason, error: ErrorInfo | None) -> RunOutcome:

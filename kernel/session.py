@@ -33,6 +33,7 @@ from .model import (
     ToolSource,
     Usage,
     parts_text,
+    session_closed_end,
 )
 from .observe import CURRENT_RUN
 from .run import execute_run
@@ -253,9 +254,21 @@ class Session:
         await self._idle.wait()
 
     def close(self) -> None:
-        """Stop the actor (after its current job) and end every subscription."""
+        """Stop the actor (after its current job) and end every subscription.
+
+        A run that has not told its end by now — the active one outlived the unload's grace
+        (a stalled store write, a tool that ignores cancellation), or one still queued — is
+        ended for its readers first (:func:`~kernel.model.session_closed_end`; in no history):
+        following a session never stops in silence in the middle of a run, in any dialect.
+        What such a run still does afterwards is published no more."""
         if self.machine.state != "closed":
             self.machine.move("close")
+        unended = [job for job in self._inbox if isinstance(job, RunJob)]
+        if self.active is not None and not self.active.ended:
+            self.active.ended = True
+            unended.insert(0, self.active.job)
+        for owed in unended:
+            self.hub.publish(session_closed_end(self.id, owed.run_id, owed.request_id, self.closing_cause))
         for job in self._inbox:
             if isinstance(job, HistoryJob):
                 job.error = KernelError("not_found", f"session {self.id} was closed")

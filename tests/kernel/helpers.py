@@ -1,10 +1,12 @@
-"""Small helpers for kernel tests: collect a run's events."""
+"""Small helpers for kernel tests: collect a run's events; a store that stalls."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import anyio
 
-from kernel import Kernel, Subscription
+from kernel import Kernel, SQLiteStore, Subscription
 from kernel import model as m
 
 
@@ -35,3 +37,18 @@ async def prompt(kernel: Kernel, session_id: str, text: str, **kw: object) -> m.
 
 def kinds(events: list[m.Event]) -> list[str]:
     return [e.__struct_config__.tag for e in events]  # type: ignore[attr-defined]
+
+
+class StallingStore(SQLiteStore):
+    """A real SQLite store whose write of a run's answer waits until ``release`` is set."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.stalled = anyio.Event()
+        self.release = anyio.Event()
+
+    async def append_messages(self, session_id: str, messages: Sequence[m.Message], cap: int, fence: int | None = None) -> None:
+        if any(message.role == "assistant" for message in messages):
+            self.stalled.set()
+            await self.release.wait()
+        await super().append_messages(session_id, messages, cap, fence)

@@ -18,6 +18,7 @@ from kernel.testing import ScriptedProvider, text_turn, tool_turn
 from kernel.tools import Tool
 from plugins.providers.echo import EchoProvider
 from tests.asyncio_clients import in_asyncio
+from tests.kernel.helpers import StallingStore
 from transports.openfang.sessionids import alias
 
 from ._helpers import (
@@ -471,3 +472,34 @@ async def test_a_question_left_by_a_closed_socket_is_declined_at_once() -> None:
                 await anyio.sleep(0.01)
         tool_message = provider.requests[-1].messages[-1]
     assert tool_message.role == "tool" and "the client disconnected" in tool_message.content
+
+
+async def test_a_session_closed_under_a_run_that_has_not_ended_ends_the_sockets_turn_with_an_error(tmp_path: object) -> None:
+    """The run outlives its session's unload (its store stalls on the answer): the socket's
+    turn ends in OpenFang's error frame, not in silence, and the socket goes on."""
+    store = StallingStore(f"{tmp_path}/g.db")
+    async with serving(ScriptedProvider([text_turn("partial", " answer"), text_turn("again")]), store=store) as server:
+
+        async def close_the_session_when_stalled() -> None:
+            await store.stalled.wait()
+            [session_id] = list(server.kernel.sessions)
+            await server.kernel.unload_session(session_id, grace_s=0.2)
+            store.release.set()
+
+        async def client() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            ws = await connect(server.ws_url)
+            async with ws:
+                await ws.send('{"type":"message","content":"hi"}')
+                cut = await recv_until(ws, "response", "error")
+                await ws.send('{"type":"message","content":"again"}')
+                return cut, await recv_until(ws, "response", "error")
+
+        try:
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(close_the_session_when_stalled)
+                cut, again = await in_asyncio(client)
+        finally:
+            store.release.set()
+    assert turn(cut)[-2:] == ["typing:stop", "error"] and cut[-1]["content"] == m.SESSION_CLOSED
+    assert "".join(f["content"] for f in cut if f["type"] == "text_delta") == "partial answer"
+    assert again[-1]["type"] == "response" and again[-1]["content"] == "again"

@@ -1,0 +1,67 @@
+"""A session closed while a run has not told its end: the readers get an end, never silence.
+
+The run here outlives the unload's grace because the store stalls on its answer (a database
+that stopped answering): the write is shielded, so the interrupt cannot stop it.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from kernel import model as m
+from kernel.testing import ScriptedProvider, running_kernel, text_turn
+
+from .helpers import StallingStore, prompt, run_events
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize(("cause", "code"), [(None, "internal"), ("drain", "draining"), ("owner_lost", "owner_lost")])
+async def test_a_run_that_outlives_its_sessions_close_and_one_queued_behind_it_end_run_failed(
+    tmp_path: object, cause: m.InterruptCause | None, code: str
+) -> None:
+    store = StallingStore(f"{tmp_path}/g.db")
+    async with running_kernel(ScriptedProvider([text_turn("partial", " answer")]), store=store) as kernel:
+        try:
+            opened = await kernel.execute(m.OpenSession(session_id="s"))
+            session_id = opened.session.session_id
+            sub = await kernel.subscribe(session_id)
+            first = await prompt(kernel, session_id, "one", request_id="r1")
+            queued = await prompt(kernel, session_id, "two", request_id="r2")
+            await store.stalled.wait()
+            session = kernel.sessions[session_id]
+            if cause is not None:  # why the session closes (a drain, another instance took it over)
+                session.interrupt(closing=True, cause=cause)
+            assert await kernel.unload_session(session_id, grace_s=0.2)
+            seen: list[m.Event] = []
+            with anyio.fail_after(5):
+                async for event in sub:
+                    seen.append(event)
+            ends = [event for event in seen if isinstance(event, m.RunFinished | m.RunFailed)]
+            assert [(end.run_id, end.request_id) for end in ends] == [(first.run_id, "r1"), (queued.run_id, "r2")]
+            for end in ends:
+                assert isinstance(end, m.RunFailed) and end.error == m.ErrorInfo(code=code, message=m.SESSION_CLOSED)  # type: ignore[arg-type]
+            assert "".join(event.text for event in seen if isinstance(event, m.TextDelta)) == "partial answer"
+            last_seq = session.hub.last_seq
+        finally:
+            store.release.set()
+        # The run, let go, finishes its write: nothing more is published for it.
+        with anyio.fail_after(5):
+            while session.active is not None:
+                await anyio.sleep(0.01)
+        assert session.hub.last_seq == last_seq
+
+
+async def test_a_session_closed_after_its_run_ended_publishes_no_made_up_end(tmp_path: object) -> None:
+    async with running_kernel(ScriptedProvider([text_turn("whole")])) as kernel:
+        opened = await kernel.execute(m.OpenSession(session_id="s"))
+        session_id = opened.session.session_id
+        sub = await kernel.subscribe(session_id)
+        accepted = await prompt(kernel, session_id, "one")
+        end = (await run_events(sub, accepted.run_id))[-1]
+        assert isinstance(end, m.RunFinished) and end.text == "whole"
+        await kernel.unload_session(session_id)
+        with anyio.fail_after(5):
+            after = [event async for event in sub]
+        assert after == []
