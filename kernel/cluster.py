@@ -288,6 +288,14 @@ class RemoteSubscription:
         if not self._closed and run_id not in self._open_runs and run_id not in self._ended:
             self._expected[run_id] = request_id
 
+    def inherit(self, older: RemoteSubscription) -> None:
+        """Expect what ``older`` expected — the subscription this one replaces, which fell
+        behind: the runs accepted for commands sent from here that it never saw start. (A run it
+        saw start and not end needs nothing: the gap it fell into was reported to its follower,
+        which asks whether the run still goes on; this one reads from after the gap.)"""
+        for run_id, request_id in older._expected.items():
+            self.expect(run_id, request_id)
+
     @property
     def following_a_run(self) -> bool:
         """A run of the session started (or was accepted) and its end has not reached this

@@ -152,9 +152,10 @@ class Follower:
 
     async def _resume(self, lagged: SubscriberLagged) -> list[Event]:
         """The retained events after the last one delivered, or ``[lagged]`` when they are gone."""
-        self._sub.close()
+        behind = self._sub
+        behind.close()
         try:
-            self._sub = await self.kernel.subscribe(self.session_id, after_seq=lagged.last_seq, client=self.client, caller=self.caller)
+            self._sub = await self._replace(behind, after_seq=lagged.last_seq)
             ready = self._sub.receive_nowait()
             if not (ready and isinstance(ready[0], SubscriberLagged)):
                 return ready
@@ -162,11 +163,19 @@ class Follower:
             if self.stop_on_loss:
                 self.closed = True
             else:
-                self._sub = await self.kernel.subscribe(self.session_id, client=self.client, caller=self.caller)
+                self._sub = await self._replace(behind)
             return [ready[0]]
         except KernelError:  # the session is gone
             self.closed = True
             return []
+
+    async def _replace(self, behind: Subscription | RemoteSubscription, after_seq: int | None = None) -> Subscription | RemoteSubscription:
+        """A subscription in place of ``behind``, which fell behind; one from the cluster's
+        stream expects the runs that one was told to expect and never saw start."""
+        sub = await self.kernel.subscribe(self.session_id, after_seq=after_seq, client=self.client, caller=self.caller)
+        if isinstance(sub, RemoteSubscription) and isinstance(behind, RemoteSubscription):
+            sub.inherit(behind)
+        return sub
 
     def close(self) -> None:
         self.closed = True

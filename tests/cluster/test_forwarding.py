@@ -23,7 +23,7 @@ import msgspec
 import pytest
 from anyio.abc import TaskStatus
 
-from kernel import CommandWithdrawn, KernelError
+from kernel import CommandWithdrawn, Follower, KernelError
 from kernel import model as m
 from kernel.cluster import RemoteSubscription
 from kernel.routing import ClusterRouting
@@ -364,3 +364,47 @@ async def test_a_run_its_owner_accepted_and_never_started_ends_owner_lost_for_th
         assert [await quick.__anext__(), await quick.__anext__()] == ran
     quick.expect("r2", "p2")
     assert not quick.following_a_run
+
+
+class OneByOneStream(ScriptedStream):
+    """A :class:`ScriptedStream` read one event at a time (a gap shows between two reads)."""
+
+    async def read(self, session_id: str, after_seq: int, timeout_s: float) -> list[m.Event]:
+        return (await super().read(session_id, after_seq, timeout_s))[:1]
+
+
+class StreamKernel:
+    """What a :class:`Follower` uses of a kernel, for a session another instance owns: its
+    subscriptions read ``stream``; the owner describes the session as ``info``."""
+
+    def __init__(self, stream: ScriptedStream, info: m.SessionInfo) -> None:
+        self.stream = stream
+        self.info = info
+
+    async def owner_says(self, command: m.GetSession) -> m.SessionOpened:
+        return m.SessionOpened(session=self.info)
+
+    async def subscribe(self, session_id: str, after_seq: int | None = None, *, client: str | None = None, caller: object = None) -> RemoteSubscription:
+        start = after_seq if after_seq is not None else max((event.seq for event in self.stream.events), default=0)
+        sub = RemoteSubscription(self.owner_says, self.stream, session_id, start, client, resumed=after_seq is not None)  # type: ignore[arg-type]
+        await sub.prime()
+        return sub
+
+
+async def test_a_follower_that_fell_behind_still_ends_a_run_it_was_owed_that_never_started() -> None:
+    """A follower whose stream lost events resumes on a new subscription (twice: after its last
+    seq, then from now). A run accepted through this instance that the old subscription never
+    saw start is owed by the new one: it ends ``owner_lost`` when the session (taken over,
+    idle) neither runs nor queues it — it used to wait for ever."""
+    started = m.RunStarted(session_id="s", run_id="r0", request_id="p0", seq=5)
+    stream = OneByOneStream([started, m.TextDelta(session_id="s", run_id="r9", request_id="p9", text="x", seq=9)])  # 6-8 are gone
+    kernel = StreamKernel(stream, m.SessionInfo(session_id="s", agent_id="a", last_seq=9))
+    behind = RemoteSubscription(kernel.owner_says, stream, "s", 4, "test")  # type: ignore[arg-type]
+    behind.expect("r1", "p1")
+    follower = Follower(kernel, "s", behind, client="test")  # type: ignore[arg-type]
+    with anyio.fail_after(5):
+        assert await follower.next_batch() == [started]
+        (lagged,) = await follower.next_batch()
+        assert isinstance(lagged, m.SubscriberLagged) and lagged.last_seq == 5
+        (end,) = await follower.next_batch()
+    assert isinstance(end, m.RunFailed) and (end.run_id, end.request_id, end.error.code) == ("r1", "p1", "owner_lost"), end
