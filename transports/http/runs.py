@@ -16,11 +16,10 @@ from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 import anyio
-from anyio.abc import TaskGroup
 
 from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
-from transports.shared import Request, open_sse, wait_disconnect
+from transports.shared import ClientWatch, Request, open_sse, watching
 
 log = logging.getLogger("gateway.http")
 
@@ -39,42 +38,35 @@ async def read_run(
     *,
     timeout_s: float,
     until: Callable[[m.Event], bool] | None = None,
-    tasks: TaskGroup | None = None,
+    watch: ClientWatch | None = None,
 ) -> tuple[list[m.Event], Unanswered | None]:
     """The run's events up to its end, or up to the first batch holding an event that
     ``until`` accepts — or, with ``until``, :data:`HEADERS_GRACE_S` after the model accepted
     the request (``model_responding``); and ``"gone"`` / ``"timeout"`` when the client left
     or time ran out first.
 
-    ``tasks``: the caller's task group, to watch the client from. Then this returns as
-    soon as it has the events, leaving the watch to end in the background, instead of
-    waiting one more scheduling round for it — a round in which a run reading a burst
-    from its upstream would handle the whole burst before the stream's first chunk is
-    written."""
-    if tasks is not None:
-        return await _read(request, run, timeout_s, until, tasks)
-    async with anyio.create_task_group() as own:
-        got = await _read(request, run, timeout_s, until, own)
-    return got
+    ``watch``: the answer's watch of the client (a stream's, which its SSE response goes on
+    using: :func:`write_run`); without it the client is watched for this wait alone."""
+    if watch is not None:
+        return await _read(run, timeout_s, until, watch)
+    async with watching(request) as own:
+        return await _read(run, timeout_s, until, own)
 
 
 async def _read(
-    request: Request, run: RunFollower, timeout_s: float, until: Callable[[m.Event], bool] | None, tasks: TaskGroup
+    run: RunFollower, timeout_s: float, until: Callable[[m.Event], bool] | None, watch: ClientWatch
 ) -> tuple[list[m.Event], Unanswered | None]:
     seen: list[m.Event] = []
     why: Unanswered | None = None
     deadline = anyio.current_time() + timeout_s
-    watching = anyio.CancelScope()
     with anyio.CancelScope() as reading:
 
-        async def watch() -> None:
+        def gone() -> None:
             nonlocal why
-            with watching:
-                await wait_disconnect(request)
-                why = "gone"
-                reading.cancel()
+            why = "gone"
+            reading.cancel()
 
-        tasks.start_soon(watch)
+        watch.on_gone(gone)
         wait_until = deadline
         try:
             while run.end is None:
@@ -92,7 +84,7 @@ async def _read(
                 if wait_until == deadline and any(isinstance(event, m.ModelResponding) for event in batch):
                     wait_until = min(deadline, anyio.current_time() + HEADERS_GRACE_S)
         finally:
-            watching.cancel()
+            watch.on_gone(None)
     return seen, why
 
 
@@ -100,14 +92,16 @@ async def _read(
 Frames = Callable[[list[m.Event]], Awaitable[tuple[bytes, bool]]]
 
 
-async def write_run(request: Request, run: RunFollower, pending: list[m.Event], frames: Frames, *, opening: bytes = b"", **sse: Any) -> None:
+async def write_run(
+    request: Request, run: RunFollower, pending: list[m.Event], frames: Frames, *, watch: ClientWatch, opening: bytes = b"", **sse: Any
+) -> None:
     """A run's answer as an SSE response (OpenAI chat, Responses, Anthropic): ``opening`` and
     the first batch (``pending``, what :func:`read_run` returned) go out with the response's
-    headers, before the stream's keep-alive and disconnect watch are set up, so the first
-    token waits for nothing else; then each further batch in one write, until the run ends
-    or the client is gone. ``sse``: :func:`open_sse`'s options."""
+    headers, before the stream's keep-alive is set up, so the first token waits for nothing
+    else; then each further batch in one write, until the run ends or the client is gone
+    (``watch``, the one the wait for the first batch used). ``sse``: :func:`open_sse`'s options."""
     data, ended = await frames(pending)
-    async with open_sse(request, first=opening + data, **sse) as stream:
+    async with open_sse(request, first=opening + data, watch=watch, **sse) as stream:
         while not ended and not stream.closed:
             data, ended = await frames(await run.next_batch())
             if not await stream.send_raw(data):

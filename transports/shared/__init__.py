@@ -30,7 +30,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "origin_allowed", "same_origin", "token_cookie", "token_cookie_name", "token_matches",
     ),
     "._serve": ("base_url", "build_hypercorn_config", "serve_asgi", "serve_http", "stalled_peer_timeout_s"),
-    "._sse": ("SSEStream", "format_sse", "open_sse", "wait_disconnect", "write_frames"),
+    "._sse": ("ClientWatch", "SSEStream", "format_sse", "open_sse", "watching", "write_frames"),
     "._static": ("PAGE_HEADERS", "page_url", "static_response"),
     "._tasks": ("RunTask", "TaskBook", "TaskFollower", "TaskState", "end_state", "session_of", "task_from_history"),
     "._tcplines": ("LineConnection", "LineServerConfig", "LineSplitter", "serve_lines"),
@@ -94,10 +94,11 @@ if TYPE_CHECKING:
     from ._serve import serve_asgi as serve_asgi
     from ._serve import serve_http as serve_http
     from ._serve import stalled_peer_timeout_s as stalled_peer_timeout_s
+    from ._sse import ClientWatch as ClientWatch
     from ._sse import SSEStream as SSEStream
     from ._sse import format_sse as format_sse
     from ._sse import open_sse as open_sse
-    from ._sse import wait_disconnect as wait_disconnect
+    from ._sse import watching as watching
     from ._sse import write_frames as write_frames
     from ._static import PAGE_HEADERS as PAGE_HEADERS
     from ._static import page_url as page_url

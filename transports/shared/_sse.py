@@ -11,15 +11,16 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from functools import partial
 
 import anyio
 
 from ._http import Request
 from ._tracker import tracker_for
 
-__all__ = ["SSEStream", "format_sse", "open_sse", "wait_disconnect", "write_frames"]
+__all__ = ["ClientWatch", "SSEStream", "format_sse", "open_sse", "watching", "write_frames"]
 
 log = logging.getLogger(__name__)
 
@@ -159,17 +160,48 @@ class SSEStream:
             elif not await (self._write(self.keepalive_frame) if self.keepalive_frame else self.comment("keep-alive")):
                 return
 
-    async def _watch_disconnect(self, cancel_on_disconnect: bool) -> None:
-        request = self._request
-        if not request.disconnected:
-            while True:
-                message = await request.receive()
-                if message["type"] == "http.disconnect":
-                    request.disconnected = True
-                    break
+    def _client_gone(self, cancel: bool) -> None:
         self._mark_closed()
-        if cancel_on_disconnect and self._scope is not None:
+        if cancel and self._scope is not None:
             self._scope.cancel()
+
+
+class ClientWatch:
+    """Whether a request's client is still there, for a whole answer: :meth:`run` (in a task,
+    once the body was read) waits for it to go, and whoever waits for the client's sake in
+    turn — the wait for a run's first output, then the SSE stream — says what its going stops
+    (:meth:`on_gone`). One watch per answer, not one per wait: starting a watch and cancelling
+    it costs about 40 µs on asyncio, on a first token's path."""
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self._on_gone: Callable[[], object] | None = None
+
+    def on_gone(self, act: Callable[[], object] | None) -> None:
+        """Call ``act`` when the client goes (at once if it went already), instead of what
+        was given before; None: nothing."""
+        self._on_gone = act
+        if act is not None and self.request.disconnected:
+            act()
+
+    async def run(self) -> None:
+        request = self.request
+        while not request.disconnected:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                request.disconnected = True
+        if self._on_gone is not None:
+            self._on_gone()
+
+
+@asynccontextmanager
+async def watching(request: Request) -> AsyncIterator[ClientWatch]:
+    """A :class:`ClientWatch` of ``request``'s client for the block (read the body first)."""
+    async with anyio.create_task_group() as tasks:
+        watch = ClientWatch(request)
+        tasks.start_soon(watch.run)
+        yield watch
+        tasks.cancel_scope.cancel()
 
 
 @asynccontextmanager
@@ -183,6 +215,7 @@ async def open_sse(
     send_timeout_s: float | None = None,
     keepalive_frame: bytes | None = None,
     first: bytes = b"",
+    watch: ClientWatch | None = None,
 ) -> AsyncIterator[SSEStream]:
     """Start an SSE response and yield a writer; the response ends when the block exits.
 
@@ -196,6 +229,7 @@ async def open_sse(
     clients expect their own (Anthropic's ``event: ping``). ``first``: events ready when the
     stream opens (a first token), written right after the headers, before the keep-alive and
     the disconnect watch are set up — their set-up is not on the first token's path.
+    ``watch``: the answer's :class:`ClientWatch`, already running (then none is started here).
     """
     all_headers = dict(SSE_HEADERS)
     for k, v in (headers or {}).items():
@@ -219,10 +253,18 @@ async def open_sse(
             stream._scope = tg.cancel_scope
             if keepalive_interval_s > 0:
                 tg.start_soon(stream._keepalive)
-            tg.start_soon(stream._watch_disconnect, cancel_on_disconnect)
+            gone = partial(stream._client_gone, cancel_on_disconnect)
+            if watch is None:
+                own = ClientWatch(request)
+                own.on_gone(gone)
+                tg.start_soon(own.run)
+            else:
+                watch.on_gone(gone)
             yield stream
             tg.cancel_scope.cancel()
     finally:
+        if watch is not None:
+            watch.on_gone(None)
         tracker.unregister(stream)
         if not request.disconnected:
             with anyio.move_on_after(1.0, shield=True):
@@ -238,12 +280,3 @@ async def write_frames(stream: SSEStream, frames: list[bytes]) -> bool:
     """Several ready frames in one socket write (writes, not parsing, dominate the cost).
     False once the client is gone."""
     return await stream.send_raw(b"".join(frames))
-
-
-async def wait_disconnect(request: Request) -> None:
-    """Return when the client goes away (call only after the body was read): for a
-    handler that answers late and stops work nobody waits for any more."""
-    while not request.disconnected:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            request.disconnected = True

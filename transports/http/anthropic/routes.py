@@ -22,11 +22,9 @@ import logging
 import uuid
 from collections.abc import Sequence
 
-import anyio
-
 from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
-from transports.shared import Request, Response, Router, format_sse, json_response
+from transports.shared import ClientWatch, Request, Response, Router, format_sse, json_response, watching
 
 from ..runs import Unanswered, ephemeral_run, read_run, write_run
 from . import codec, reply_codec
@@ -141,11 +139,9 @@ class AnthropicApi:
         return json_response(200, body, headers={"request-id": request_id})
 
     async def _stream(self, request: Request, run: RunFollower, plan: MessagesPlan, message_id: str, request_id: str) -> Response | None:
-        # The wait for the first output watches the client from this task group, so that the
-        # first event is written in the same scheduling round as it arrives (see read_run).
-        async with anyio.create_task_group() as tasks:
+        async with watching(request) as watch:  # one watch of the client: the wait, then the stream
             pending, why = await read_run(
-                request, run, timeout_s=self.run_timeout_s, until=lambda event: isinstance(event, reply_codec.OUTPUT), tasks=tasks
+                request, run, timeout_s=self.run_timeout_s, until=lambda event: isinstance(event, reply_codec.OUTPUT), watch=watch
             )
             if why is not None:
                 return await self._unanswered(run, why, request_id)
@@ -156,10 +152,12 @@ class AnthropicApi:
                 message_id=message_id, model=plan.response_model, key=self.signing_key,
                 show_thinking=plan.show_thinking, input_estimate=plan.input_estimate,
             )
-            await self._write_stream(request, run, encoder, pending, request_id)
+            await self._write_stream(request, run, encoder, pending, request_id, watch)
         return None
 
-    async def _write_stream(self, request: Request, run: RunFollower, encoder: StreamEncoder, pending: list[m.Event], request_id: str) -> None:
+    async def _write_stream(
+        self, request: Request, run: RunFollower, encoder: StreamEncoder, pending: list[m.Event], request_id: str, watch: ClientWatch
+    ) -> None:
         send_timeout_s = self.kernel.settings.session.lag_grace_s  # a reader that stopped is let go
 
         async def frames(batch: list[m.Event]) -> tuple[bytes, bool]:
@@ -174,6 +172,6 @@ class AnthropicApi:
             return b"".join(_sse(out)), end is not None
 
         await write_run(
-            request, run, pending, frames, opening=b"".join(_sse(encoder.opening())),
+            request, run, pending, frames, watch=watch, opening=b"".join(_sse(encoder.opening())),
             keepalive_interval_s=self.keepalive_s, keepalive_frame=_PING, headers={"request-id": request_id}, send_timeout_s=send_timeout_s,
         )

@@ -18,11 +18,9 @@ import time
 import uuid
 from collections.abc import Iterable
 
-import anyio
-
 from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
-from transports.shared import Request, Response, Router, format_sse, json_response
+from transports.shared import ClientWatch, Request, Response, Router, format_sse, json_response, watching
 
 from ..runs import Unanswered, ephemeral_run, read_run, write_run
 from . import codec
@@ -106,21 +104,21 @@ class OpenAIApi:
         return json_response(200, body)
 
     async def _stream(self, request: Request, run: RunFollower, plan: ChatPlan, completion_id: str) -> Response | None:
-        # The wait for the first output watches the client from this task group, so that the
-        # first chunk is written in the same scheduling round as it arrives (see read_run).
-        async with anyio.create_task_group() as tasks:
+        async with watching(request) as watch:  # one watch of the client: the wait, then the stream
             pending, why = await read_run(
-                request, run, timeout_s=self.run_timeout_s, until=lambda event: isinstance(event, codec.OUTPUT), tasks=tasks
+                request, run, timeout_s=self.run_timeout_s, until=lambda event: isinstance(event, codec.OUTPUT), watch=watch
             )
             if why is not None:
                 return await self._unanswered(run, why)
             early = codec.failed_before_output(run.end, pending)
             if early is not None:
                 return _error(early)
-            await self._write_stream(request, run, plan, completion_id, pending)
+            await self._write_stream(request, run, plan, completion_id, pending, watch)
         return None
 
-    async def _write_stream(self, request: Request, run: RunFollower, plan: ChatPlan, completion_id: str, pending: list[m.Event]) -> None:
+    async def _write_stream(
+        self, request: Request, run: RunFollower, plan: ChatPlan, completion_id: str, pending: list[m.Event], watch: ClientWatch
+    ) -> None:
         encoder = codec.ChunkEncoder(
             completion_id=completion_id, created=int(time.time()), model=plan.response_model, include_usage=plan.include_usage
         )
@@ -136,6 +134,6 @@ class OpenAIApi:
             return b"".join(_frames(payloads)), end is not None
 
         await write_run(
-            request, run, pending, frames, opening=format_sse(encoder.opening()),
+            request, run, pending, frames, watch=watch, opening=format_sse(encoder.opening()),
             keepalive_interval_s=self.keepalive_s, headers={"x-request-id": completion_id}, send_timeout_s=self.send_timeout_s,
         )

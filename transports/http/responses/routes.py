@@ -36,7 +36,7 @@ import anyio
 
 from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
-from transports.shared import Request, Response, Router, format_sse, json_response
+from transports.shared import ClientWatch, Request, Response, Router, format_sse, json_response, watching
 
 from ..openai.codec import client_gone, from_error_info, run_timeout
 from ..openai.wire import OpenAIError
@@ -179,7 +179,11 @@ class ResponsesApi:
         return Response(200, codec.encode(builder.final), content_type="application/json", headers=self._headers(builder))
 
     async def _stream(self, request: Request, run: RunFollower, builder: ResponseBuilder) -> Response | None:
-        pending, why = await read_run(request, run, timeout_s=self.run_timeout_s, until=builder.shows)
+        async with watching(request) as watch:  # one watch of the client: the wait, then the stream
+            return await self._watched_stream(request, run, builder, watch)
+
+    async def _watched_stream(self, request: Request, run: RunFollower, builder: ResponseBuilder, watch: ClientWatch) -> Response | None:
+        pending, why = await read_run(request, run, timeout_s=self.run_timeout_s, until=builder.shows, watch=watch)
         if why is not None:
             return await self._unanswered(run, why)
         error = m.run_end_error(run.end) if run.end is not None else None
@@ -199,7 +203,7 @@ class ResponsesApi:
             return sse(out), end is not None
 
         await write_run(
-            request, run, pending, frames, opening=sse(builder.opening()),
+            request, run, pending, frames, watch=watch, opening=sse(builder.opening()),
             keepalive_interval_s=self.keepalive_s, headers=self._headers(builder), send_timeout_s=send_timeout_s,
         )
         return None
