@@ -38,6 +38,7 @@ from typing import Any
 
 import anyio
 import coredis
+import coredis._concurrency as coredis_concurrency
 import coredis.exceptions
 import msgspec
 from anyio.abc import TaskStatus
@@ -120,6 +121,28 @@ _REDIS_ERRORS = (coredis.exceptions.ConnectionError, coredis.exceptions.BusyLoad
 _MAKING: ContextVar[bool] = ContextVar("gateway_redis_pool_making", default=False)
 
 
+class SlotQueue(coredis_concurrency.Queue[Any]):
+    """coredis's stack of free slots, except that a command that gives up waiting for one takes
+    its wake-up back: coredis 6.9 left it queued, so the next slot released woke nobody and the
+    command waiting behind the one that gave up waited for the release after (on a busy pool, a
+    lease renewal held up behind a blocking read)."""
+
+    async def get(self) -> Any:
+        async with self._lock:  # one waiter at a time: the others queue on the lock
+            while self.empty():
+                woken = anyio.Event()
+                self._getters.append(woken)
+                try:
+                    await woken.wait()
+                finally:
+                    if not woken.is_set():
+                        self._getters.remove(woken)
+            item = self._queue.pop()
+            if self._putters and not self.full():
+                self._putters.popleft().set()
+            return item
+
+
 class SlotKeepingPool(coredis.ConnectionPool):
     """coredis's connection pool, minus two leaks (coredis 6.9), each of which loses one of its
     ``max_connections`` (64) slots for good. With all of them gone every command waits for a
@@ -130,7 +153,14 @@ class SlotKeepingPool(coredis.ConnectionPool):
       (``BLPOP``, ``XREAD BLOCK``) cancelled while it waits is disconnected so — was dropped
       without giving its slot back;
     * a command cancelled while the pool makes a new connection for it — on a busy machine a
-      follower's short wait can end during the connect — dropped the slot it had taken."""
+      follower's short wait can end during the connect — dropped the slot it had taken.
+
+    And a command that gives up waiting for a free slot does not take the next one's wake-up
+    with it (:class:`SlotQueue`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._available_connections = SlotQueue(self.max_connections)
 
     def release(self, connection: Any) -> None:
         if connection.usable:
