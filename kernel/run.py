@@ -129,10 +129,9 @@ async def execute_run(session: RunSession, run: ActiveRun) -> None:
 
 
 async def _end(session: RunSession, run: ActiveRun, end: RunFinished | RunFailed) -> None:
-    """Publish the run's end — unless its session, closed while the run was still going (the
-    run outlived the unload's grace), has already ended it for the readers."""
-    if run.ended:
-        return
+    """Publish the run's end, marked so first: a session that closes while the publish waits
+    (for a slow reader) owes the readers nothing more. (One that closed before — the run
+    outlived the unload's grace — ended the run for them, and publishes nothing more.)"""
     run.ended = True
     await session.emit(end)
 
