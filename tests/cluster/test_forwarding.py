@@ -413,24 +413,39 @@ async def test_a_follower_that_fell_behind_still_ends_a_run_it_was_owed_that_nev
 async def test_a_command_that_gives_up_waiting_for_a_slot_does_not_hold_up_the_next() -> None:
     """coredis 6.9 left the wake-up of a command that gave up waiting for a free connection in
     its queue: the slot released next woke nobody, and the command waiting behind waited for the
-    release after that. Pool of 1: a blocking read holds it for 1 s, a command gives up waiting
-    for it, the one behind gets the slot when the read returns."""
+    release after that. Pool of 1: a blocking read holds it for 2 s, a command gives up waiting
+    for it while another queues behind; the one behind gets the slot when the read returns."""
     prefix = f"gwtest-pool-{uuid.uuid4().hex[:10]}"
     cluster = RedisCluster(f"{redis_url()}?max_connections=1", instance_id=f"{prefix}-a", key_prefix=prefix, lease_s=LEASE_S)
+    slots = cluster._client.connection_pool._available_connections
     behind: list[str | None] = []
 
     async def wait_behind() -> None:
         behind.append(await cluster.owner("s"))
 
+    async def give_up_waiting(scope: anyio.CancelScope) -> None:
+        with scope:
+            await cluster.owner("s")
+            raise AssertionError("the only connection was free")
+
     async with cluster._client, anyio.create_task_group() as tg:
-        tg.start_soon(cluster.read, "quiet", 0, 1.0)  # an XREAD BLOCK holding the only connection
-        await anyio.sleep(0.1)
+        await cluster.owner("s")  # the one connection is made
+        tg.start_soon(cluster.read, "quiet", 0, 2.0)  # an XREAD BLOCK holding it for 2 s
+        with anyio.fail_after(5):
+            while len(slots):  # until the read holds the connection
+                await anyio.sleep(0.005)
         async with anyio.create_task_group() as waiting:
+            giving_up = anyio.CancelScope()
+            waiting.start_soon(give_up_waiting, giving_up)
+            with anyio.fail_after(5):
+                while not slots._getters:  # it waits for the slot to be released
+                    await anyio.sleep(0.005)
             waiting.start_soon(wait_behind)
-            with anyio.move_on_after(0.2):
-                await cluster.owner("s")  # waits for the slot first, then gives up
-                raise AssertionError("the only connection was free")
-            with anyio.fail_after(5):  # the read returns after 1 s: the slot is the waiting command's
+            with anyio.fail_after(5):
+                while not slots._lock.statistics().tasks_waiting:  # and the other one behind it
+                    await anyio.sleep(0.005)
+            giving_up.cancel()
+            with anyio.fail_after(10):  # the read returns after 2 s: the slot is the waiting command's
                 while not behind:
                     await anyio.sleep(0.01)
         assert behind == [None]
