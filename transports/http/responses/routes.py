@@ -17,8 +17,9 @@ Stored responses are kept in a bounded map of this process (``stored.py``); an
 interrupts the run; its response ends ``cancelled``. Streams hold their headers until the
 run's first output or the upstream's acceptance (``model_responding``), so that a failure
 before that keeps its HTTP status (a rate limit, as OpenAI answers it); after that an answer
-that is not whole (a failure, an interrupt, a drain) is ``response.failed``. Hosted tools (``web_search`` …) are left out, logged once
-per type. Reasoning items are sealed with a key of the gateway's (``sealed.py``).
+that is not whole (a failure, an interrupt, a drain) is ``response.failed``. Hosted tools
+(``web_search`` …) are left out, logged once per type. Reasoning items are sealed with a key
+of the gateway's (``sealed.py``).
 """
 
 from __future__ import annotations
