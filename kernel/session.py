@@ -9,6 +9,7 @@ or the question :class:`~kernel.state.SessionMachine` holds open).
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections import deque
@@ -49,11 +50,24 @@ log = logging.getLogger("gateway.kernel")
 TITLE_CHARS = 60
 
 
+_WORD = re.compile(r"\S+")
+
+
 def title_of(message: Message) -> str | None:
-    """A session's title from its first prompt: one line, at most ``TITLE_CHARS`` long."""
-    text = " ".join((message.content or parts_text(message.parts)).split())
-    if not text:
+    """A session's title from its first prompt: one line, at most ``TITLE_CHARS`` long.
+
+    Only the words the title needs are read, not the whole prompt: a proxied request's
+    prompt can be long, and its title is made on the way to the model call."""
+    words: list[str] = []
+    length = -1
+    for word in _WORD.finditer(message.content or parts_text(message.parts)):
+        words.append(word.group())
+        length += len(words[-1]) + 1
+        if length > TITLE_CHARS:
+            break
+    if not words:
         return None
+    text = " ".join(words)
     return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1].rstrip() + "…"
 
 
@@ -339,10 +353,16 @@ class Session:
         if not messages:
             return
         now = time.time()
-        stamped = [m if m.created_at else msgspec.structs.replace(m, created_at=now) for m in messages]
         if self.active is not None:  # a run's messages say which run stored them (Message.run_id)
             run = self.active
-            stamped = [msgspec.structs.replace(m, run_id=run.job.run_id, request_id=run.job.request_id, interrupted=run.interrupted) for m in stamped]
+            stamped = [
+                msgspec.structs.replace(
+                    m, created_at=m.created_at or now, run_id=run.job.run_id, request_id=run.job.request_id, interrupted=run.interrupted
+                )
+                for m in messages
+            ]
+        else:
+            stamped = [m if m.created_at else msgspec.structs.replace(m, created_at=now) for m in messages]
         self.context.extend(stamped)
         self.updated_at = now
         if self.title is None:

