@@ -501,3 +501,22 @@ async def test_models_are_listed_configured_first() -> None:
         listed = await kernel.execute(m.ListModels())
         assert isinstance(listed, m.ModelList) and [x.id for x in listed.models] == ["scripted-1", "other-1", "other-2"]
         assert {x.provider for x in listed.models} == {"scripted"}
+
+
+@pytest.mark.parametrize(
+    ("prompt_text", "title"),
+    [
+        ("", None),
+        (" \t\n\u3000", None),
+        ("  one\u00a0two\x1cthree\n\nfour  ", "one two three four"),
+        ("x" * 60, "x" * 60),  # exactly the limit: whole
+        ("x" * 30 + " " + "y" * 29, "x" * 30 + " " + "y" * 29),
+        ("x" * 30 + "    " + "y" * 30, "x" * 30 + " " + "y" * 28 + "…"),  # 61 once collapsed
+        ("word " * 10_000, ("word " * 12).strip() + "…"),  # only the words the title needs are read
+    ],
+)
+def test_a_title_is_the_prompt_on_one_line_cut_at_its_limit(prompt_text: str, title: str | None) -> None:
+    from kernel.session import TITLE_CHARS, title_of
+
+    assert title_of(m.Message(role="user", content=prompt_text)) == title
+    assert title is None or len(title) <= TITLE_CHARS
