@@ -770,9 +770,11 @@ SESSION_CLOSED = "the session was closed before the run ended"
 
 def session_closed_end(session_id: str, run_id: str, request_id: str | None, cause: InterruptCause) -> RunFailed:
     """The ``run_failed`` a closing session gives a run of its that never told its end: a
-    failure in every dialect, never a whole-looking answer; ``owner_lost`` when another
-    instance runs the session now, ``draining`` when this one is draining."""
-    code: ErrorCode = "owner_lost" if cause == "owner_lost" else "draining" if cause == "drain" else "internal"
+    failure in every dialect, never a whole-looking answer. Its code is the one an interrupt
+    of the same cause gives (``draining`` for a drain or a shutdown, ``owner_lost`` when
+    another instance runs the session now, ``timeout``, ``interrupted`` when a client closed
+    it), so that a client tells the cases apart the same way whichever end the run got."""
+    code = _INTERRUPT_ERRORS[cause].code
     return RunFailed(session_id=session_id, run_id=run_id, request_id=request_id, error=ErrorInfo(code=code, message=SESSION_CLOSED))
 
 

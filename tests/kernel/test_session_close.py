@@ -17,7 +17,10 @@ from .helpers import StallingStore, prompt, run_events
 pytestmark = pytest.mark.anyio
 
 
-@pytest.mark.parametrize(("cause", "code"), [(None, "internal"), ("drain", "draining"), ("owner_lost", "owner_lost")])
+@pytest.mark.parametrize(
+    ("cause", "code"),
+    [(None, "interrupted"), ("drain", "draining"), ("shutdown", "draining"), ("timeout", "timeout"), ("owner_lost", "owner_lost")],
+)
 async def test_a_run_that_outlives_its_sessions_close_and_one_queued_behind_it_end_run_failed(
     tmp_path: object, cause: m.InterruptCause | None, code: str
 ) -> None:
@@ -31,7 +34,7 @@ async def test_a_run_that_outlives_its_sessions_close_and_one_queued_behind_it_e
             queued = await prompt(kernel, session_id, "two", request_id="r2")
             await store.stalled.wait()
             session = kernel.sessions[session_id]
-            if cause is not None:  # why the session closes (a drain, another instance took it over)
+            if cause is not None:  # why the session closes (a drain, a shutdown, a timeout, another instance took it over)
                 session.interrupt(closing=True, cause=cause)
             assert await kernel.unload_session(session_id, grace_s=0.2)
             seen: list[m.Event] = []
