@@ -23,8 +23,10 @@ consumes the next one; the last one repeats (so ``[Reply.echo()]`` echoes foreve
   calls by index), ``finish_reason`` (default ``stop`` / ``tool_calls``), and a final
   usage chunk when the request asks for ``stream_options.include_usage``
   (``usage=(prompt, completion)``; by default counted in words), ``delay_s`` before
-  every event (a schedule: event ``n`` is due ``n * delay_s`` after the first, however
-  long sending took). Non-streaming requests get the same answer as one JSON completion;
+  every event up to the finish reason's (a schedule: event ``n`` is due ``n * delay_s``
+  after the first, however long sending took); the usage chunk and ``[DONE]`` follow the
+  finish reason at once, as real servers send them (the model produced nothing more: its
+  stop token is the last step that takes time). Non-streaming requests get the same answer as one JSON completion;
   the faults below that act after N events break it part-way through its body instead.
 * failures: ``Reply.error(status, message, retry_after=...)`` (an HTTP error with an
   OpenAI-style error body, e.g. 429 with ``Retry-After``, 500),
@@ -526,6 +528,7 @@ class FakeOpenAIServer:
             return b"data: " + _encode(payload) + b"\n\n"
 
         events = [chunk(d) for d in plan.deltas] + [chunk({}, plan.finish_reason)]
+        paced = len(events)  # what follows the finish reason is not paced: a model's last step is its stop token
         if (body.get("stream_options") or {}).get("include_usage"):
             events.append(chunk(None, usage=plan.usage))
         events.append(b"data: [DONE]\n\n")
@@ -543,7 +546,7 @@ class FakeOpenAIServer:
                 # "drop": return without finishing the body; hypercorn closes the
                 # connection without the terminating chunk.
                 return
-            if plan.delay_s:
+            if plan.delay_s and n < paced:
                 due += plan.delay_s
                 await anyio.sleep(max(0.0, due - anyio.current_time()))
             await send({"type": "http.response.body", "body": event, "more_body": True})

@@ -99,12 +99,14 @@ async def write_run(
     the first batch (``pending``, what :func:`read_run` returned) go out with the response's
     headers, before the stream's keep-alive is set up, so the first token waits for nothing
     else; then each further batch in one write, until the run ends or the client is gone
-    (``watch``, the one the wait for the first batch used). ``sse``: :func:`open_sse`'s options."""
+    (``watch``, the one the wait for the first batch used). The batch with the run's end
+    carries the response's end too: the client's stream ends with its last event, not after
+    the keep-alive and the watch have stopped. ``sse``: :func:`open_sse`'s options."""
     data, ended = await frames(pending)
-    async with open_sse(request, first=opening + data, watch=watch, **sse) as stream:
+    async with open_sse(request, first=opening + data, last=ended, watch=watch, **sse) as stream:
         while not ended and not stream.closed:
             data, ended = await frames(await run.next_batch())
-            if not await stream.send_raw(data):
+            if not await stream.send_raw(data, last=ended):
                 return
 
 

@@ -79,6 +79,8 @@ class SSEStream:
         self.keepalive_frame = keepalive_frame
         self._lock = anyio.Lock(fast_acquire=True)
         self._closed = False
+        # The response's end went out (with the last bytes): nothing is sent after it.
+        self._ended = False
         self._last_write = anyio.current_time()
         self._scope: anyio.CancelScope | None = None
         self._disconnected = anyio.Event()
@@ -97,7 +99,7 @@ class SSEStream:
     async def wait_closed(self) -> None:
         await self._disconnected.wait()
 
-    async def _write(self, chunk: bytes) -> bool:
+    async def _write(self, chunk: bytes, last: bool = False) -> bool:
         if self._closed:
             return False
         limit = self.send_timeout_s
@@ -107,10 +109,13 @@ class SSEStream:
             started = anyio.current_time()
             try:
                 with anyio.move_on_after(math.inf if limit is None else limit):
-                    await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    await self._send({"type": "http.response.body", "body": chunk, "more_body": not last})
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._mark_closed()
                 return False
+            if last:
+                self._ended = True
+                self._mark_closed()
             # Measured, not only cancelled: hypercorn's trio worker shields socket writes.
             if limit is not None and anyio.current_time() - started >= limit:
                 log.warning("SSE client %s did not take an event for %gs; ending the stream", self._request.client_host, limit)
@@ -119,13 +124,16 @@ class SSEStream:
             self._last_write = anyio.current_time()
         return True
 
-    async def send_raw(self, events: bytes) -> bool:
+    async def send_raw(self, events: bytes, *, last: bool = False) -> bool:
         """Write pre-formatted events (see :func:`format_sse`) in one socket write.
 
         Writes, not parsing, dominate streaming cost: a producer with several events
         ready joins them and sends them at once. False once the client is gone.
+        ``last``: the response ends with them, in the same message — the client sees the
+        end as soon as the last event, not after the stream's keep-alive and watch have
+        stopped (the stream is closed afterwards).
         """
-        return await self._write(events) if events else not self._closed
+        return await self._write(events, last) if events or last else not self._closed
 
     async def send(
         self,
@@ -215,6 +223,7 @@ async def open_sse(
     send_timeout_s: float | None = None,
     keepalive_frame: bytes | None = None,
     first: bytes = b"",
+    last: bool = False,
     watch: ClientWatch | None = None,
 ) -> AsyncIterator[SSEStream]:
     """Start an SSE response and yield a writer; the response ends when the block exits.
@@ -228,7 +237,8 @@ async def open_sse(
     ``keepalive_frame``: a formatted event sent instead of the comment, for a dialect whose
     clients expect their own (Anthropic's ``event: ping``). ``first``: events ready when the
     stream opens (a first token), written right after the headers, before the keep-alive and
-    the disconnect watch are set up — their set-up is not on the first token's path.
+    the disconnect watch are set up — their set-up is not on the first token's path;
+    ``last``: the response ends with them (a run whose whole answer was ready at once).
     ``watch``: the answer's :class:`ClientWatch`, already running (then none is started here).
     """
     all_headers = dict(SSE_HEADERS)
@@ -247,8 +257,8 @@ async def open_sse(
     tracker = tracker_for(request.scope)
     tracker.register(stream)
     try:
-        if first:
-            await stream.send_raw(first)
+        if first or last:
+            await stream.send_raw(first, last=last)
         async with anyio.create_task_group() as tg:
             stream._scope = tg.cancel_scope
             if keepalive_interval_s > 0:
@@ -266,7 +276,7 @@ async def open_sse(
         if watch is not None:
             watch.on_gone(None)
         tracker.unregister(stream)
-        if not request.disconnected:
+        if not request.disconnected and not stream._ended:
             with anyio.move_on_after(1.0, shield=True):
                 async with stream._lock:
                     try:
