@@ -422,9 +422,10 @@ class A2AApi:
         async with run.feed, open_sse(request, keepalive_interval_s=self.config.sse_keepalive_s, send_timeout_s=send_timeout_s) as stream:
             pending = frames
             while True:
-                if pending and not await write_frames(stream, [format_sse(encode(f)) for f in pending]):
+                last = run.encoder.done  # the write that ends the task's stream ends the response with it
+                if pending and not await write_frames(stream, [format_sse(encode(f)) for f in pending], last=last):
                     break
-                if run.encoder.done:
+                if last:
                     break
                 pending = await run.next()
 

@@ -230,9 +230,11 @@ class AguiApi:
         async with open_sse(request, keepalive_interval_s=self.config.sse_keepalive_s, headers=headers, send_timeout_s=send_timeout_s) as stream:
             pending = list(frames)
             while True:
-                if pending and not await write_frames(stream, [format_sse(data, id=id) for data, id in pending]):
+                # The write that ends the AG-UI run ends the response with it.
+                last = encoder.ended or (encoder.waiting is not None and encoder.waiting != answered)
+                if pending and not await write_frames(stream, [format_sse(data, id=id) for data, id in pending], last=last):
                     break
-                if encoder.ended or (encoder.waiting is not None and encoder.waiting != answered):
+                if last:
                     break
                 batch = await next_batch()
                 pending = encoder.feed(batch)

@@ -213,7 +213,7 @@ class OpenFangRest:
                 batch = await run.next_batch(stream.deadline)
                 now = anyio.current_time()
                 events = stream.feed(batch, now) if batch else stream.tick(now)
-                if not await sse.send_raw(b"".join(format_sse(data, event=name) for name, data in events)):
+                if not await sse.send_raw(b"".join(format_sse(data, event=name) for name, data in events), last=stream.finished):
                     break
 
     async def stop(self, request: Request) -> Response:

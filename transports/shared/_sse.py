@@ -108,13 +108,13 @@ class SSEStream:
                 return False
             started = anyio.current_time()
             try:
-                with anyio.move_on_after(math.inf if limit is None else limit):
+                with anyio.move_on_after(math.inf if limit is None else limit) as sending:
                     await self._send({"type": "http.response.body", "body": chunk, "more_body": not last})
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._mark_closed()
                 return False
-            if last:
-                self._ended = True
+            if last:  # a send cut by its deadline did not end the response: the stream's close does
+                self._ended = not sending.cancelled_caught
                 self._mark_closed()
             # Measured, not only cancelled: hypercorn's trio worker shields socket writes.
             if limit is not None and anyio.current_time() - started >= limit:
@@ -286,7 +286,7 @@ async def open_sse(
         stream._mark_closed()
 
 
-async def write_frames(stream: SSEStream, frames: list[bytes]) -> bool:
+async def write_frames(stream: SSEStream, frames: list[bytes], *, last: bool = False) -> bool:
     """Several ready frames in one socket write (writes, not parsing, dominate the cost).
-    False once the client is gone."""
-    return await stream.send_raw(b"".join(frames))
+    False once the client is gone. ``last``: the response ends with them (:meth:`SSEStream.send_raw`)."""
+    return await stream.send_raw(b"".join(frames), last=last)

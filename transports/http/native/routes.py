@@ -289,7 +289,7 @@ class NativeApi:
             assert run.run_id is not None  # a prompt's run has its id when accepted
             headers = {"x-session-id": run.session_id, "x-run-id": run.run_id}
             async with open_sse(request, keepalive_interval_s=self.keepalive_s, headers=headers, send_timeout_s=self.send_timeout_s) as stream:
-                await self._pump(stream, run.next_batch)
+                await self._pump(stream, run.next_batch, lambda: run.end is not None)
         return None
 
     async def _collect(self, run: RunFollower) -> Response:
@@ -319,16 +319,19 @@ class NativeApi:
             follower = await Follower.open(self.kernel, session_id, after, stop_on_loss=True, client=self.client, caller=request.caller)
         except KernelError as exc:
             _refuse(codec.kernel_error(exc))
-        batches = follower.next_batch if run_id is None else _run_events(follower, RunWatch(None, run_id))
+        watch = RunWatch(None, run_id) if run_id is not None else None
+        batches = follower.next_batch if watch is None else _run_events(follower, watch)
         headers = {"x-session-id": session_id}
         async with follower, open_sse(request, keepalive_interval_s=self.keepalive_s, headers=headers, send_timeout_s=self.send_timeout_s) as stream:
-            await self._pump(stream, batches)
+            await self._pump(stream, batches, lambda: watch is not None and watch.end is not None)
         return None
 
-    async def _pump(self, stream: SSEStream, batches: Callable[[], Awaitable[list[m.Event]]]) -> None:
-        """Forward event batches as SSE frames, each batch in one write, until they end."""
+    async def _pump(self, stream: SSEStream, batches: Callable[[], Awaitable[list[m.Event]]], over: Callable[[], bool]) -> None:
+        """Forward event batches as SSE frames, each batch in one write, until they end; the
+        batch after which ``over()`` holds (the followed run's end) ends the response with it."""
         while batch := await batches():
-            if not await write_frames(stream, [event_frame(event) for event in batch]):
+            last = over()
+            if not await write_frames(stream, [event_frame(event) for event in batch], last=last) or last:
                 return
 
 
