@@ -131,10 +131,10 @@ def probe_gateway(argv: list[str]) -> int:
     sse.SSEStream.__init__ = probed_init  # type: ignore[method-assign]
     send_raw = sse.SSEStream.send_raw
 
-    async def probed_write(self: Any, events: bytes) -> Any:
+    async def probed_write(self: Any, events: bytes, **options: Any) -> Any:
         first = "write" not in marks
         marks.setdefault("write", now())
-        result = await send_raw(self, events)
+        result = await send_raw(self, events, **options)
         if first:
             marks["written"] = now()
         return result
