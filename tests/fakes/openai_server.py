@@ -26,8 +26,9 @@ consumes the next one; the last one repeats (so ``[Reply.echo()]`` echoes foreve
   every event up to the finish reason's (a schedule: event ``n`` is due ``n * delay_s``
   after the first, however long sending took); the usage chunk and ``[DONE]`` follow the
   finish reason at once, as real servers send them (the model produced nothing more: its
-  stop token is the last step that takes time). Non-streaming requests get the same answer as one JSON completion;
-  the faults below that act after N events break it part-way through its body instead.
+  stop token is the last step that takes time). Non-streaming requests get the same
+  answer as one JSON completion; the faults below that act after N events break it
+  part-way through its body instead.
 * failures: ``Reply.error(status, message, retry_after=...)`` (an HTTP error with an
   OpenAI-style error body, e.g. 429 with ``Retry-After``, 500),
   ``Reply.cut(after=N)`` (the connection drops after N events, no terminating chunk,
