@@ -24,12 +24,6 @@ from transports.shared import ClientWatch, Request, open_sse, watching
 log = logging.getLogger("gateway.http")
 
 Unanswered = Literal["gone", "timeout"]
-#: A stream whose model accepted the request (``model_responding``) sends its headers this long
-#: after, when nothing it shows came by then: a first token that follows at once (an upstream
-#: that had it ready) goes out with them in one write; otherwise the client reads the headers
-#: while the model works, as it would from the upstream itself, instead of after the first
-#: token (the openai SDK spends 0.8-1 ms on them). Short against any real model's first token.
-HEADERS_GRACE_S = 0.001
 
 
 async def read_run(
@@ -41,9 +35,13 @@ async def read_run(
     watch: ClientWatch | None = None,
 ) -> tuple[list[m.Event], Unanswered | None]:
     """The run's events up to its end, or up to the first batch holding an event that
-    ``until`` accepts — or, with ``until``, :data:`HEADERS_GRACE_S` after the model accepted
-    the request (``model_responding``); and ``"gone"`` / ``"timeout"`` when the client left
-    or time ran out first.
+    ``until`` accepts or, with ``until``, saying that the model accepted the request
+    (``model_responding``); and ``"gone"`` / ``"timeout"`` when the client left or time ran
+    out first.
+
+    A stream's headers go out with that batch: the client reads them while the model works,
+    as it would from the upstream itself, instead of after the first token (the openai SDK
+    spends 0.8-1 ms on them).
 
     ``watch``: the answer's watch of the client (a stream's, which its SSE response goes on
     using: :func:`write_run`); without it the client is watched for this wait alone."""
@@ -67,22 +65,15 @@ async def _read(
             reading.cancel()
 
         watch.on_gone(gone)
-        wait_until = deadline
         try:
             while run.end is None:
-                batch = await run.next_batch(wait_until)
+                batch = await run.next_batch(deadline)
                 if not batch:
-                    if wait_until < deadline:  # accepted, and nothing shown in the grace
-                        break
                     why = "timeout"
                     break
                 seen.extend(batch)
-                if until is None:
-                    continue
-                if any(until(event) for event in batch):
+                if until is not None and any(until(event) or isinstance(event, m.ModelResponding) for event in batch):
                     break
-                if wait_until == deadline and any(isinstance(event, m.ModelResponding) for event in batch):
-                    wait_until = min(deadline, anyio.current_time() + HEADERS_GRACE_S)
         finally:
             watch.on_gone(None)
     return seen, why
