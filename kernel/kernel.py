@@ -333,15 +333,18 @@ class Kernel:
         create: bool = True,
         label: str | None = None,
         ephemeral: bool = False,
+        history: tuple[m.Message, ...] = (),
     ) -> Session:
         """The live session, loaded from the store or created on first use.
 
         ``ephemeral`` creates a new session that lives in memory only (never stored,
-        never listed): a throw-away conversation such as one OpenAI-compatible request.
+        never listed): a throw-away conversation such as one OpenAI-compatible request,
+        with ``history`` as its context from the start.
         """
         if ephemeral:
             throwaway = Session(self, session_id or uuid.uuid4().hex, self.agent(agent_id), label=label, created_at=time.time(), ephemeral=True)
             throwaway.owner = acting_principal().name
+            throwaway.remember(list(history), throwaway.created_at)  # before its task starts: nothing else reads it yet
             return self._start(throwaway)
         if session_id is not None and session_id in self.sessions:
             return self.sessions[session_id]
@@ -653,7 +656,10 @@ class Kernel:
         return m.ToolOutput(request_id=cmd.request_id, name=cmd.name, result=done.result, is_error=done.outcome != "ok")
 
     async def _open_session(self, cmd: m.OpenSession) -> m.Reply:
-        session = await self.session(cmd.session_id, cmd.agent_id, label=cmd.label, ephemeral=cmd.ephemeral)
+        if cmd.history and not cmd.ephemeral:
+            raise m.KernelError("invalid_request", "history opens an ephemeral session only; save a stored session's with save_history")
+        history = tuple(admit_message(message) for message in cmd.history)  # as SaveHistory's
+        session = await self.session(cmd.session_id, cmd.agent_id, label=cmd.label, ephemeral=cmd.ephemeral, history=history)
         return m.SessionOpened(request_id=cmd.request_id, session=session.info())
 
     async def _get_session(self, cmd: m.GetSession) -> m.Reply:

@@ -446,11 +446,16 @@ class OpenSession(_Command, frozen=True, tag="open_session"):
 
     ``ephemeral``: a new session that lives in memory only, never stored or listed (a
     throw-away conversation such as one OpenAI-compatible request); delete it when done.
+    ``history``: an ephemeral session's prior turns, its context from the start (admitted as
+    ``SaveHistory``'s are). A client that sends its whole conversation with every request
+    gets its session in one command: no history change queued through the session's task,
+    and back, before the run.
     """
 
     agent_id: str | None = None
     label: str | None = None
     ephemeral: bool = False
+    history: tuple[Message, ...] = ()
 
 
 class GetSession(_Command, frozen=True, tag="get_session"):

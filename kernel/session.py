@@ -348,6 +348,19 @@ class Session:
         if not self.ephemeral:
             await self.host.store.replace_messages(self.id, self.context, fence=self.fence)
 
+    def remember(self, messages: list[Message], now: float) -> list[Message]:
+        """Add messages to the context (in memory only), as they are stored: dated ``now``
+        unless they are, the first user message as the title, the history cap kept."""
+        stamped = [m if m.created_at else msgspec.structs.replace(m, created_at=now) for m in messages]
+        self.context.extend(stamped)
+        self.updated_at = now
+        if self.title is None:
+            self.title = next((title_of(m) for m in stamped if m.role == "user"), None)
+        cap = self.host.settings.session.history_cap
+        if len(self.context) > cap:
+            del self.context[: len(self.context) - cap]
+        return stamped
+
     async def persist(self, messages: list[Message]) -> None:
         """Append to the context and the store before anything is acknowledged."""
         if not messages:
@@ -355,25 +368,18 @@ class Session:
         now = time.time()
         if self.active is not None:  # a run's messages say which run stored them (Message.run_id)
             run = self.active
-            stamped = [
+            messages = [
                 msgspec.structs.replace(
                     m, created_at=m.created_at or now, run_id=run.job.run_id, request_id=run.job.request_id, interrupted=run.interrupted
                 )
                 for m in messages
             ]
-        else:
-            stamped = [m if m.created_at else msgspec.structs.replace(m, created_at=now) for m in messages]
-        self.context.extend(stamped)
-        self.updated_at = now
-        if self.title is None:
-            self.title = next((title_of(m) for m in stamped if m.role == "user"), None)
-            if self.title is not None and not self.ephemeral:
-                await self.host.store.set_title(self.id, self.title)
-        cap = self.host.settings.session.history_cap
-        if len(self.context) > cap:
-            del self.context[: len(self.context) - cap]
+        untitled = self.title is None
+        stamped = self.remember(messages, now)
+        if untitled and self.title is not None and not self.ephemeral:
+            await self.host.store.set_title(self.id, self.title)
         if not self.ephemeral:
-            await self.host.store.append_messages(self.id, stamped, cap, fence=self.fence)
+            await self.host.store.append_messages(self.id, stamped, self.host.settings.session.history_cap, fence=self.fence)
             if self.host.clustered:  # how far the seqs went, for whoever takes it over
                 await self.host.store.set_value(seq_key(self.id), str(self.hub.last_seq).encode())
 

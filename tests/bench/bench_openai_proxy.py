@@ -39,7 +39,7 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,13 +102,16 @@ class Target:
     cpu_ms: dict[str, float] = field(default_factory=dict)
 
 
-async def stream_once(client: openai.AsyncOpenAI, model: str, prompt: str = PROMPT, answer: str | None = None) -> tuple[float, float, int]:
+async def stream_once(
+    client: openai.AsyncOpenAI, model: str, prompt: str = PROMPT, answer: str | None = None, history: Sequence[Any] = ()
+) -> tuple[float, float, int]:
     """Milliseconds to the first content chunk and to the end, and the content chunks received;
-    the text must be ``answer`` (default: the prompt, echoed)."""
+    the text must be ``answer`` (default: the prompt, echoed). ``history``: earlier messages
+    sent before the prompt (the upstream echoes the last user message only)."""
     watch = h.Stopwatch()
     first = 0.0
     parts: list[str] = []
-    stream = await client.chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}], stream=True)
+    stream = await client.chat.completions.create(model=model, messages=[*history, {"role": "user", "content": prompt}], stream=True)
     async with stream:
         async for chunk in stream:
             if chunk.choices and chunk.choices[0].delta.content:
@@ -123,9 +126,9 @@ async def stream_once(client: openai.AsyncOpenAI, model: str, prompt: str = PROM
     return first * 1000, total * 1000, len(parts)
 
 
-async def complete_once(client: openai.AsyncOpenAI, model: str) -> float:
+async def complete_once(client: openai.AsyncOpenAI, model: str, history: Sequence[Any] = ()) -> float:
     watch = h.Stopwatch()
-    answer = await client.chat.completions.create(model=model, messages=[{"role": "user", "content": PROMPT}])
+    answer = await client.chat.completions.create(model=model, messages=[*history, {"role": "user", "content": PROMPT}])
     total = watch.elapsed
     if answer.choices[0].message.content != PROMPT:
         raise RuntimeError(f"openai-proxy ({model}): non-stream answer differs: {str(answer.choices[0].message.content)[:80]!r}")

@@ -1,14 +1,15 @@
 """Diagnostic: one change's effect on the proxied first token, two source trees side by side.
 
     git worktree add /tmp/before HEAD~1
-    python -m tests.bench.diag_ab /tmp/before . [--backend asyncio|asyncio+uvloop|trio] [--rounds 100] [--paced]
+    python -m tests.bench.diag_ab /tmp/before . [--backend asyncio|asyncio+uvloop|trio] [--rounds 100] [--paced] [--turns 0]
 
 Runs the fake upstream (a burst of 200 chunks, or paced at 500 per second with ``--paced``)
 and two gateway CLIs in front of it as OpenAI proxies, one from each tree, and alternates
 requests between them (the order flipped every round), then does it all again with the
 gateways started in the other order. Prints the median of the *paired* differences B - A
 (time to first token of a streamed answer; the whole of a non-stream answer), per start order
-and their mean.
+and their mean. ``--turns``: each request carries that many earlier exchanges (a user message
+and an answer) before its prompt, as a coding agent's does.
 
 Why paired, and both orders: on this 2-core VM the same code's time to first token moves by
 0.5-1 ms between whole runs, and a fixed order of processes favoured one of two identical
@@ -28,7 +29,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from . import _harness as h
-from .bench_openai_proxy import API_KEY, GATEWAY_CONFIG, PACED_WORDS_PER_S, client, complete_once, stream_once
+from .bench_openai_proxy import API_KEY, GATEWAY_CONFIG, PACED_WORDS_PER_S, PROMPT, client, complete_once, stream_once
 
 
 @contextlib.asynccontextmanager
@@ -42,8 +43,19 @@ async def gateway_from(tree: Path, backend: str, upstream: str, name: str) -> As
         yield ready.group(1) + "/v1"
 
 
-async def one_order(trees: tuple[Path, Path], backend: str, upstream: str, rounds: int, paced: bool, b_first: bool) -> tuple[float, float | None]:
+def earlier_exchanges(turns: int) -> list[dict[str, str]]:
+    """``turns`` exchanges of a user message and an answer, of a few hundred characters each."""
+    return [
+        {"role": role, "content": f"{role} message {turn}: {PROMPT[: 80 * (turn % 5 + 1)]}"}
+        for turn in range(turns) for role in ("user", "assistant")
+    ]
+
+
+async def one_order(
+    trees: tuple[Path, Path], backend: str, upstream: str, rounds: int, paced: bool, b_first: bool, turns: int
+) -> tuple[float, float | None]:
     """The median paired differences B - A (streamed first token; non-stream answer, burst only)."""
+    history = earlier_exchanges(turns)
     names = ("b", "a") if b_first else ("a", "b")
     async with contextlib.AsyncExitStack() as stack:
         tree = {"a": trees[0], "b": trees[1]}
@@ -57,20 +69,21 @@ async def one_order(trees: tuple[Path, Path], backend: str, upstream: str, round
         whole: list[float] = []
         for index in range(rounds):
             order = ["a", "b"] if index % 2 == 0 else ["b", "a"]
-            first = {name: (await stream_once(clients[name], "proxy"))[0] for name in order}
+            first = {name: (await stream_once(clients[name], "proxy", history=history))[0] for name in order}
             streamed.append(first["b"] - first["a"])
             if not paced:
-                took = {name: await complete_once(clients[name], "proxy") for name in order}
+                took = {name: await complete_once(clients[name], "proxy", history) for name in order}
                 whole.append(took["b"] - took["a"])
     return statistics.median(streamed), statistics.median(whole) if whole else None
 
 
-async def measure(trees: tuple[Path, Path], backend: str, rounds: int, paced: bool) -> str:
+async def measure(trees: tuple[Path, Path], backend: str, rounds: int, paced: bool, turns: int = 0) -> str:
     spec = ("upstream", "--backend", "asyncio", *(("--words-per-s", str(PACED_WORDS_PER_S)) if paced else ()))
     async with h.child(*spec) as upstream:
-        orders = [await one_order(trees, backend, upstream.ready, rounds, paced, b_first) for b_first in (False, True)]
+        orders = [await one_order(trees, backend, upstream.ready, rounds, paced, b_first, turns) for b_first in (False, True)]
     streamed = [s for s, _ in orders]
-    lines = [f"{backend}, {'paced' if paced else 'burst'} upstream, {rounds} rounds per start order; B - A, medians of paired differences:",
+    lines = [f"{backend}, {'paced' if paced else 'burst'} upstream, {turns} earlier exchanges per request, {rounds} rounds per start order; "
+             "B - A, medians of paired differences:",
              f"  time to first token  {statistics.mean(streamed):+.3f} ms  (A started first {streamed[0]:+.3f}, B first {streamed[1]:+.3f})"]
     whole = [w for _, w in orders if w is not None]
     if whole:
@@ -85,9 +98,10 @@ def main() -> int:
     parser.add_argument("--backend", choices=(*h.BACKENDS, h.UVLOOP), default="asyncio")
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--paced", action="store_true", help=f"the upstream paced at {PACED_WORDS_PER_S:g} chunks per second")
+    parser.add_argument("--turns", type=int, default=0, help="earlier exchanges in each request (default: none)")
     args = parser.parse_args()
     trees = (args.tree_a.resolve(), args.tree_b.resolve())
-    print(asyncio.run(measure(trees, args.backend, args.rounds, args.paced)))
+    print(asyncio.run(measure(trees, args.backend, args.rounds, args.paced, args.turns)))
     return 0
 
 

@@ -1,9 +1,10 @@
 """Diagnostic: the gateway's first-token path in process, with its caches warm and cold.
 
-    python -m tests.bench.diag_cold [--backend asyncio|asyncio+uvloop|trio] [--requests 1500]
+    python -m tests.bench.diag_cold [--backend asyncio|asyncio+uvloop|trio] [--requests 1500] [--turns 0]
 
 Calls the http transport's ASGI app directly (no socket, no hypercorn) with the benchmark's
-streamed chat completion (``diag_proxy``'s 200-word prompt) and a model in process, in three
+streamed chat completion (``diag_proxy``'s 200-word prompt, after ``--turns`` earlier exchanges of
+a user message and an answer, as a coding agent's request carries them) and a model in process, in three
 conditions, taken in turn request by request:
 
   warm   right after an unmeasured request of the same kind, and the model answers without
@@ -47,6 +48,9 @@ STEPS = ("to the model call", "first token to body", "the gateway's own")
 #: The model's time to accept the request, then to its first token (a local upstream's).
 ACCEPT_S = 0.001
 FIRST_TOKEN_S = 0.0002
+#: The first token, found in the body that carries it (a stream's headers, and the role's
+#: chunk with them, go out when the model accepts the request, before it).
+FIRST_WORD = b"Thereupon"
 
 
 def scope() -> dict[str, Any]:
@@ -58,7 +62,16 @@ def scope() -> dict[str, Any]:
     }
 
 
-async def measure(requests: int) -> dict[str, dict[str, float]]:
+def conversation(turns: int) -> list[dict[str, str]]:
+    """``turns`` earlier exchanges, then the prompt."""
+    earlier = [
+        {"role": role, "content": f"{role} message {turn}: " + PROMPT[: 80 * (turn % 5 + 1)]}
+        for turn in range(turns) for role in ("user", "assistant")
+    ]
+    return [*earlier, {"role": "user", "content": PROMPT}]
+
+
+async def measure(requests: int, turns: int = 0) -> dict[str, dict[str, float]]:
     from kernel import FinishChunk, ProviderRequest, ResponseStarted, TextChunk
     from kernel.testing import running_kernel
     from transports.http import HttpConfig
@@ -81,7 +94,7 @@ async def measure(requests: int) -> dict[str, dict[str, float]]:
             yield ResponseStarted()
             await self.work(FIRST_TOKEN_S)
             marks["first token"] = now()
-            for word in ("The", " answer", " is", " here."):
+            for word in (FIRST_WORD.decode(), " answer", " is", " here."):
                 yield TextChunk(word)
             yield FinishChunk("stop")
 
@@ -96,7 +109,7 @@ async def measure(requests: int) -> dict[str, dict[str, float]]:
         async def aclose(self) -> None:
             return None
 
-    body = msgspec.json.encode({"model": "default", "stream": True, "messages": [{"role": "user", "content": PROMPT}]})
+    body = msgspec.json.encode({"model": "default", "stream": True, "messages": conversation(turns)})
 
     async def one(app: HttpApp) -> dict[str, float]:
         delivered = False
@@ -110,7 +123,7 @@ async def measure(requests: int) -> dict[str, dict[str, float]]:
             raise AssertionError("unreachable")
 
         async def send(message: dict[str, Any]) -> None:
-            if message.get("body") and "first body" not in marks:
+            if FIRST_WORD in message.get("body", b"") and "first body" not in marks:
                 marks["first body"] = now()
 
         marks.clear()
@@ -144,10 +157,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.diag_cold")
     parser.add_argument("--backend", choices=(*h.BACKENDS, h.UVLOOP), action="append", help="default: asyncio, asyncio+uvloop, trio")
     parser.add_argument("--requests", type=int, default=1500, help="per condition")
+    parser.add_argument("--turns", type=int, default=0, help="earlier exchanges in each request (default: none)")
     args = parser.parse_args()
     for backend in args.backend or ("asyncio", h.UVLOOP, "trio"):
-        got = anyio.run(measure, args.requests, **h.run_options(backend))
-        print(f"{backend}: medians, ms ({args.requests} requests per condition, taken in turn)")
+        got = anyio.run(measure, args.requests, args.turns, **h.run_options(backend))
+        print(f"{backend}: medians, ms ({args.requests} requests per condition, taken in turn, {args.turns} earlier exchanges each)")
         print(f"  {'':20} {'warm':>8} {'idle':>8} {'cold':>8} {'idle/warm':>10} {'cold/warm':>10}")
         for step in STEPS:
             warm, idle, cold = (got[condition][step] for condition in CONDITIONS)

@@ -160,6 +160,48 @@ async def test_a_run_on_an_ephemeral_session_does_not_open_it_again() -> None:
         assert executed == ["Prompt"]  # bob was refused at the subscription, before any command
 
 
+async def test_an_ephemeral_session_opens_with_its_history() -> None:
+    """A client that sends its whole conversation gets its session in one command: the prior
+    turns are its context (dated, titled, admitted and capped as saved history is), and the
+    run sees them; nothing is stored."""
+    provider = ScriptedProvider([text_turn("third answer")])
+    settings = Settings()
+    settings.session.history_cap = 3
+    earlier = (
+        m.Message(role="user", content="first question about the ledger"),
+        m.Message(role="assistant", content="first answer"),
+        m.Message(role="user", content="", parts=(m.TextPart("second"), m.FilePart(name="notes.txt", data=b"see notes"))),
+        m.Message(role="assistant", content="second answer"),
+    )
+    async with running_kernel(provider, settings=settings) as kernel:
+        opened = await kernel.execute(m.OpenSession(ephemeral=True, history=earlier))
+        assert isinstance(opened, m.SessionOpened)
+        info = opened.session
+        assert info.message_count == 3 and info.title == "first question about the ledger"
+        context = kernel.sessions[info.session_id].context
+        assert [x.content for x in context] == ["first answer", "", "second answer"]
+        assert all(x.created_at for x in context)
+        async with await RunFollower.start(kernel, prompt("third", session=info.session_id)) as run:
+            assert isinstance(await run.wait(), m.RunFinished)
+        seen = [x for x in provider.requests[0].messages if x.role != "system"]
+        assert [x.role for x in seen] == ["user", "assistant", "user"]  # the cap holds with the prompt in
+        assert "see notes" in (seen[0].content or "") and seen[-1].content == "third"
+        assert await kernel.store.get_session(info.session_id) is None
+
+
+async def test_history_opens_only_an_ephemeral_session_and_is_admitted() -> None:
+    async with running_kernel(ScriptedProvider([])) as kernel:
+        said = (m.Message(role="user", content="hello"),)
+        with pytest.raises(KernelError) as stored:
+            await kernel.execute(m.OpenSession(history=said))
+        assert stored.value.code == "invalid_request" and "ephemeral" in stored.value.message
+        too_many = m.Message(role="user", parts=tuple(m.FilePart(name=f"{i}.txt", data=b"x") for i in range(17)))
+        with pytest.raises(KernelError) as refused:
+            await kernel.execute(m.OpenSession(ephemeral=True, history=(too_many,)))
+        assert refused.value.code == "too_large"
+        assert not kernel.sessions  # refused before a session was made
+
+
 async def test_interrupt_by_request_id_reaches_a_queued_run() -> None:
     provider = ScriptedProvider([text_turn(*["w "] * 50)], delay_s=0.01)
     async with running_kernel(provider) as kernel:

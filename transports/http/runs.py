@@ -113,14 +113,13 @@ async def ephemeral_run(
     caller: m.Caller,
 ) -> AsyncIterator[RunFollower]:
     """One run of a client that sends its whole conversation each time: a fresh session in
-    memory only (no disk write before the first token), the prior turns as its history, the
+    memory only (no disk write before the first token), opened with the prior turns as its
+    history (one command, nothing queued through the session's task before the run), the
     run built by ``command(session_id)`` and followed under ``policy``; the session is
     deleted when the block ends (the kernel lets an unfinished run record its end first)."""
-    opened = await kernel.execute(m.OpenSession(agent_id=agent_id, label=label, ephemeral=True), caller)
+    opened = await kernel.execute(m.OpenSession(agent_id=agent_id, label=label, ephemeral=True, history=tuple(history)), caller)
     session_id = opened.session.session_id
     try:
-        if history:
-            await kernel.execute(m.SaveHistory(session_id=session_id, messages=tuple(history)), caller)
         async with await RunFollower.start(kernel, command(session_id), policy=policy, client=caller.transport, caller=caller) as run:
             # The session's task takes the run now, up to its model call, before this request
             # sets up its wait: the upstream's time to answer hides that set-up, instead of the

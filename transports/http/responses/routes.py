@@ -285,13 +285,15 @@ class ResponsesApi:
     async def _conversation(self, plan: ResponsePlan, previous: StoredResponse | None, caller: m.Caller) -> AsyncIterator[str]:
         """The session the response runs in (the caller's), with the request's input saved as its history."""
         in_place, copied, agent_id = await self._source(plan, previous, caller)
+        history = (*copied, *plan.history)
         if in_place is not None:
             session_id = in_place
-        else:
-            opened = await self.kernel.execute(m.OpenSession(agent_id=agent_id, label=SESSION_LABEL, ephemeral=not plan.store), caller)
-            session_id = opened.session.session_id
+        elif plan.store:
+            session_id = (await self.kernel.execute(m.OpenSession(agent_id=agent_id, label=SESSION_LABEL), caller)).session.session_id
+        else:  # opened with its history: one command (what Codex sends, ``store: false``, every turn)
+            opened = await self.kernel.execute(m.OpenSession(agent_id=agent_id, label=SESSION_LABEL, ephemeral=True, history=history), caller)
+            session_id, history = opened.session.session_id, ()
         try:
-            history = (*copied, *plan.history)
             if history:
                 await self.kernel.execute(m.SaveHistory(session_id=session_id, messages=history), caller)
             yield session_id
