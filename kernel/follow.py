@@ -23,8 +23,7 @@
 
 from __future__ import annotations
 
-import math
-import uuid
+import secrets
 from typing import TYPE_CHECKING, Literal, Self
 
 import anyio
@@ -118,13 +117,7 @@ class Follower:
             # the benchmarks; only an empty feed waits.
             batch = self._sub.receive_nowait()
             if not batch:
-                first: Event | None = None
-                with anyio.move_on_at(math.inf if deadline is None else deadline):
-                    try:
-                        first = await self._sub.__anext__()
-                    except StopAsyncIteration:
-                        self.close()
-                        return []
+                first = await self._first(deadline)
                 if first is None:
                     return []
                 if self._streaming:
@@ -137,6 +130,19 @@ class Follower:
                 self._streaming = isinstance(batch[-1], TextDelta | ReasoningDelta)
                 return batch
         return []
+
+    async def _first(self, deadline: float | None) -> Event | None:
+        """The next event, waiting until ``deadline`` at most (None, and :attr:`closed` set,
+        once following ended). Without a deadline no cancel scope is made: a writer's wait
+        for its next batch (6 µs a scope on asyncio, on every batch's path)."""
+        try:
+            if deadline is None:
+                return await self._sub.__anext__()
+            with anyio.move_on_at(deadline):
+                return await self._sub.__anext__()
+        except StopAsyncIteration:
+            self.close()
+        return None
 
     async def _gather(self) -> None:
         """Let a run that adds events every scheduling round add more (:data:`GATHER_ROUNDS`).
@@ -234,7 +240,7 @@ class RunFollower:
         resolved Caller), for every command and subscription of the run.
         """
         if command.request_id is None:
-            command = msgspec.structs.replace(command, request_id=f"run-{uuid.uuid4().hex[:16]}")
+            command = msgspec.structs.replace(command, request_id=f"run-{secrets.token_hex(8)}")
         if policy is not None and command.options.approval is None:
             command = msgspec.structs.replace(command, options=msgspec.structs.replace(command.options, approval=policy))
         live = kernel.sessions.get(command.session_id) if command.session_id is not None else None

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from .model import AgentInfo, Event, FileAccess, Message, ToolSource, Usage
+    from .model import Event, FileAccess, Message, ToolSource, Usage
     from .observe import Observers
     from .provider import Provider
     from .settings import AgentSettings, Settings
@@ -64,7 +64,7 @@ class SessionHost(Protocol):
 
     def tools_for(self, agent: AgentSettings, session: ToolScope | None = None) -> dict[str, Tool]: ...
 
-    def agent_info(self, agent: AgentSettings) -> AgentInfo: ...
+    def agent_model(self, agent: AgentSettings) -> str: ...
 
     async def invoke_tool(
         self, tool: Tool, arguments: dict[str, Any], session: ToolScope | None, *, call_id: str | None = None,

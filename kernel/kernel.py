@@ -9,8 +9,8 @@ to it by the composition root, and the store.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
-import uuid
 import weakref
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -283,6 +283,11 @@ class Kernel:
         wanted = set(agent.tools) | {t.name for s in (session.tool_sources if session is not None else ()) for t in s.tools()}
         return {name: tool for name, tool in tools.items() if name in wanted}
 
+    def agent_model(self, agent: AgentSettings) -> str:
+        """The model an agent's runs use: its own, else its provider's (what its info says,
+        without listing its tools: a session's info asks on every request's path)."""
+        return agent.model or self._provider_model(agent, self.provider_name(agent))
+
     def agent_info(self, agent: AgentSettings) -> m.AgentInfo:
         provider = self.provider_name(agent)
         model = agent.model or self._provider_model(agent, provider)
@@ -342,7 +347,7 @@ class Kernel:
         with ``history`` as its context from the start.
         """
         if ephemeral:
-            throwaway = Session(self, session_id or uuid.uuid4().hex, self.agent(agent_id), label=label, created_at=time.time(), ephemeral=True)
+            throwaway = Session(self, session_id or secrets.token_hex(16), self.agent(agent_id), label=label, created_at=time.time(), ephemeral=True)
             throwaway.owner = acting_principal().name
             throwaway.remember(list(history), throwaway.created_at)  # before its task starts: nothing else reads it yet
             return self._start(throwaway)
@@ -359,7 +364,7 @@ class Kernel:
                     raise m.KernelError("not_found", f"Session not found: {session_id}")
                 agent = self.agent(agent_id)
                 record = SessionRecord(
-                    session_id=session_id or uuid.uuid4().hex,
+                    session_id=session_id or secrets.token_hex(16),
                     agent_id=agent.agent_id(),
                     label=label,
                     created_at=time.time(),
@@ -729,7 +734,7 @@ class Kernel:
             version=self.version,
             uptime_s=round(time.time() - self.started_at, 3),
             provider=self.provider_name(),
-            model=self.agent_info(self.agent(None)).model,
+            model=self.agent_model(self.agent(None)),
             sessions=len(self.sessions),
             active_runs=sum(1 for s in self.sessions.values() if s.active is not None),
             agents=len(self.settings.agents),
@@ -791,7 +796,7 @@ class Kernel:
         agent = self.agent(cmd.agent_id)
         name = self.provider_name(agent)
         provider = self.provider_for(agent)
-        configured = self.agent_info(agent).model
+        configured = self.agent_model(agent)
         listing = getattr(provider, "list_models", None)
         offered = list(await listing()) if listing is not None else []
         ids = [configured, *(model for model in offered if model != configured)]

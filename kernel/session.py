@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 import re
+import secrets
 import time
-import uuid
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -156,7 +156,7 @@ class Session:
     @property
     def model(self) -> str:
         """The model the next run uses (a request's own ``model`` option aside)."""
-        return self.model_override or self.agent.model or self.host.agent_info(self.agent).model
+        return self.model_override or self.host.agent_model(self.agent)
 
     @property
     def turn_limit(self) -> int:
@@ -200,7 +200,7 @@ class Session:
         return queued
 
     def new_run(self, request_id: str | None, **options: Any) -> RunJob:
-        return RunJob(uuid.uuid4().hex[:16], request_id, **options)
+        return RunJob(secrets.token_hex(8), request_id, **options)
 
     async def change_history(self, job: HistoryJob) -> bool:
         """Queue a history change; True once it is applied, False when it waits behind a run."""

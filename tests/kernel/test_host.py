@@ -51,8 +51,8 @@ class FakeHost:
     def tools_for(self, agent: AgentSettings, session: ToolScope | None = None) -> dict[str, Tool]:
         return {SHOUT.name: SHOUT}
 
-    def agent_info(self, agent: AgentSettings) -> m.AgentInfo:
-        return m.AgentInfo(id=agent.agent_id(), name=agent.name, provider="fake", model="fake-model")
+    def agent_model(self, agent: AgentSettings) -> str:
+        return "fake-model"
 
     async def invoke_tool(
         self, tool: Tool, arguments: dict[str, Any], session: ToolScope | None, *, call_id: str | None = None, progress: Any = None, ask: Any = None

@@ -19,7 +19,7 @@ Quiet streams get ``event: ping``.
 from __future__ import annotations
 
 import logging
-import uuid
+import secrets
 from collections.abc import Sequence
 
 from kernel import Kernel, KernelError, RunFollower
@@ -86,7 +86,7 @@ class AnthropicApi:
         return json_response(200, TokenCount(input_tokens=codec.estimate_tokens(parsed.system, parsed.messages, parsed.tools)))
 
     async def messages(self, request: Request) -> Response | None:
-        request_id = f"req_{uuid.uuid4().hex}"
+        request_id = f"req_{secrets.token_hex(16)}"
         parsed = codec.decode_request(await request.body())
         if isinstance(parsed, AnthropicError):
             return _error(parsed, request_id)
@@ -96,7 +96,7 @@ class AnthropicApi:
         if isinstance(plan, AnthropicError):
             return _error(plan, request_id)
         self._log_hosted(plan.hosted_tools)
-        message_id = f"msg_{uuid.uuid4().hex}"
+        message_id = f"msg_{secrets.token_hex(16)}"
 
         def command(session_id: str) -> m.Prompt | m.Continue:
             return m.conversation_turn(session_id, message_id, plan.prompt_parts, plan.options, continuation=plan.continuation)

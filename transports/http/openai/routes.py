@@ -14,8 +14,8 @@ limit) still gets its real HTTP status; after that a failure is an in-stream
 
 from __future__ import annotations
 
+import secrets
 import time
-import uuid
 from collections.abc import Iterable
 
 from kernel import Kernel, KernelError, RunFollower
@@ -71,7 +71,7 @@ class OpenAIApi:
         plan = codec.plan_chat(parsed, self._agents(), context_limit=self.kernel.settings.session.history_cap)
         if isinstance(plan, OpenAIError):
             return _error(plan)
-        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        completion_id = f"chatcmpl-{secrets.token_hex(16)}"
         try:
             async with ephemeral_run(
                 self.kernel, agent_id=plan.agent_id, label=codec.EPHEMERAL_LABEL, history=plan.history,

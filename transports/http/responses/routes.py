@@ -28,7 +28,6 @@ import hashlib
 import logging
 import secrets
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -139,7 +138,7 @@ class ResponsesApi:
         if isinstance(plan, OpenAIError):
             return _error(plan)
         self._log_hosted(plan.tools.hosted)
-        response_id = f"resp_{uuid.uuid4().hex}"
+        response_id = f"resp_{secrets.token_hex(16)}"
         try:
             async with self._conversation(plan, previous, request.caller) as session_id:
                 builder = ResponseBuilder(
