@@ -150,9 +150,6 @@ class MessagesPlan(msgspec.Struct, frozen=True, kw_only=True):
     #: Reasoning becomes ``thinking`` blocks unless the request turned thinking off or
     #: asked for it to be omitted.
     show_thinking: bool
-    #: The prompt's size by :func:`estimate_tokens`, for ``message_start`` (the upstream's
-    #: count arrives with the run's end).
-    input_estimate: int
     #: Server tools of the request the gateway cannot run: not offered to the model.
     hosted_tools: tuple[str, ...] = ()
 
@@ -222,7 +219,6 @@ def plan_messages(
         options=options,
         stream=bool(request.stream),
         show_thinking=thinking.get("type") != "disabled" and thinking.get("display") != "omitted",
-        input_estimate=estimate_tokens(request.system, request.messages, request.tools),
         hosted_tools=tools[1],
     )
 

@@ -19,6 +19,7 @@ from kernel import model as m
 from kernel.settings import AgentSettings, Settings
 from kernel.testing import ScriptedProvider, failing_turn, running_kernel, text_turn, tool_turn
 from tests.transports.http._helpers import ADD_TOOL, http_server, sse_events
+from transports.http.anthropic import codec
 
 pytestmark = pytest.mark.anyio
 
@@ -95,13 +96,15 @@ async def test_stream_text_and_final_message() -> None:
 async def test_every_stream_event_has_its_event_line() -> None:
     provider = ScriptedProvider([text_turn("a", "b")])
     async with gateway(provider) as (_, url, _), httpx.AsyncClient(base_url=url, timeout=20) as http:
-        body = {"model": AGENT, "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+        body = {"model": AGENT, "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "hi" * 40}]}
         async with http.stream("POST", "/v1/messages?beta=true", json=body, headers={"x-api-key": TOKEN, "anthropic-version": "2023-06-01"}) as response:
             assert response.status_code == 200
             events = [event async for event in sse_events(response)]
         assert all(event.event == event.json()["type"] for event in events)
         names = [event.event for event in events]
         assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"]
+        # The estimate of the prompt's size, until the upstream's count comes with the end.
+        assert events[0].json()["message"]["usage"]["input_tokens"] == 20 + codec.MESSAGE_TOKENS
         assert names[1] == "content_block_start" and names[-3] == "content_block_stop"
         assert set(names[2:-3]) == {"content_block_delta"}  # adjacent deltas may merge
         assert "".join(event.json()["delta"]["text"] for event in events[2:-3]) == "ab"
@@ -269,7 +272,7 @@ async def test_thinking_is_signed_and_replays() -> None:
 async def test_a_quiet_stream_gets_ping_events() -> None:
     provider = ScriptedProvider([text_turn("a", "b", "c")], delay_s=0.3)
     async with gateway(provider, sse_keepalive_s=0.1) as (_, url, _), httpx.AsyncClient(base_url=url, timeout=20) as http:
-        body = {"model": AGENT, "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+        body = {"model": AGENT, "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "hi" * 40}]}
         async with http.stream("POST", "/v1/messages", json=body, headers={"x-api-key": TOKEN}) as response:
             events = [event async for event in sse_events(response)]
         assert any(event.event == "ping" and event.json() == {"type": "ping"} for event in events)
