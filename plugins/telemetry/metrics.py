@@ -117,7 +117,7 @@ class PrometheusMetrics(Observer):
         if self._models[0] is not settings:
             configured = {settings.provider.openai.model, *(a.model for a in settings.agents if a.model)}
             for agent in settings.agents:
-                configured.add(self.kernel.agent_model(agent))
+                configured.add(self.kernel.agent_info(agent).model)
             self._models = (settings, frozenset(configured))
         return model if model in self._models[1] else OTHER
 
