@@ -94,6 +94,13 @@ class Headers(Mapping[str, str]):
             joined[k] = f"{joined[k]}, {v}" if k in joined else v
         self._joined = joined
 
+    @staticmethod
+    def read_one(raw: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:
+        """``Headers(raw).get(name)`` (``name`` in lower case) without decoding every header:
+        for a check made before the request's own ``Headers`` are built."""
+        values = [v.decode("latin-1") for k, v in raw if k.lower() == name]
+        return ", ".join(values) if values else None
+
     def __getitem__(self, key: str) -> str:
         return self._joined[key.lower()]
 

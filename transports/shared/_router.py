@@ -185,7 +185,7 @@ class Router:
     # -------------------------------------------------------------- dispatch
     async def __call__(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
         kind = scope["type"]
-        if kind in ("http", "websocket") and not host_allowed(_host_header(scope), self.token):
+        if kind in ("http", "websocket") and not host_allowed(Headers.read_one(scope.get("headers", ()), b"host"), self.token):
             await self._refuse_host(scope, receive, send)
         elif (
             self.fallback is not None and kind in ("http", "websocket")
@@ -200,7 +200,7 @@ class Router:
             await self._handle_lifespan(receive, send)
 
     async def _refuse_host(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
-        host = _host_header(scope)
+        host = Headers.read_one(scope.get("headers", ()), b"host")
         error = HttpError(403, f"Host {host!r} is not allowed without a token (DNS rebinding protection)", code="forbidden")
         if scope["type"] == "http":
             await error_response(error, self.error_body).send_to(send)
@@ -335,10 +335,3 @@ class Router:
                 return
         ws = WebSocket(scope, receive, send, config=self.ws_config, error_body=self.error_body)
         await ws.reject(HttpError(404, f"Not found: {scope['path']}", code="not_found"))
-
-
-def _host_header(scope: dict[str, Any]) -> str | None:
-    """``Host`` as :class:`Headers` reads it (repeats joined), without decoding every header:
-    the request's own ``Headers`` are built once, by the :class:`Request` or WebSocket."""
-    hosts = [value.decode("latin-1") for name, value in scope.get("headers", ()) if name.lower() == b"host"]
-    return ", ".join(hosts) if hosts else None
