@@ -321,7 +321,13 @@ class RemoteSubscription:
     async def _check_position(self) -> None:
         """Nothing new in the stream for a while: ask the session where it is. Asking goes
         to its owner — or, when the owner is gone, takes the session over here. A session
-        further on than the stream shows lost events (Redis lost them): that is a gap."""
+        further on than the stream shows lost events (Redis lost them): that is a gap.
+
+        A session *not* further on lost nothing after what was read. A run read to start that
+        it does not run now then ends here ``owner_lost``: its end will never be in the
+        stream. Its owner lost the session mid-run, and the new owner's made-up end for it did
+        not reach the stream either (the old owner's last events, mirrored late, took its
+        place)."""
         try:
             reply = await self._ask(m.GetSession(session_id=self._session_id))
         except KernelError as exc:
@@ -331,10 +337,14 @@ class RemoteSubscription:
                 log.warning("following session %s: %s", self._session_id, exc.message)
             return
         info = reply.session
-        lost_end = bool(set(self._open_runs) - {info.run_id})
-        if info.last_seq <= self._read_seq and not lost_end:
+        stranded = {run_id: request_id for run_id, request_id in self._open_runs.items() if run_id != info.run_id}
+        if info.last_seq <= self._read_seq:
+            if stranded:
+                log.warning("following session %s: %d run(s) in flight lost their owner: ended owner_lost", self._session_id, len(stranded))
+                self._end_here(stranded, ErrorInfo(code="owner_lost", message=OWNER_LOST))
             self._end_never_started(info)
             return
+        lost_end = bool(stranded)
         try:
             events = await self._cluster.read(self._session_id, self._read_seq, OWNER_CHECK_S)  # its last events may be on their way
         except KernelError:

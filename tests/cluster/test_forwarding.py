@@ -366,6 +366,33 @@ async def test_a_run_its_owner_accepted_and_never_started_ends_owner_lost_for_th
     assert not quick.following_a_run
 
 
+async def test_a_run_in_flight_whose_owner_lost_the_session_ends_owner_lost_when_nothing_was_lost() -> None:
+    """CI's flaky cluster test, made certain: the follower read a run start, then its owner
+    lost the session mid-run. The new owner's made-up end did not reach the stream, because the
+    old owner's last delta, mirrored late, took its seq. The session (taken over, idle) is not
+    past what was read, so nothing was lost: the run in flight, and one queued behind it for a
+    command sent from here, end ``owner_lost``. Before, this was a gap ("lost by the cluster"),
+    and the queued request ended ``rate_limited`` as if its reader had fallen behind."""
+    read = [
+        m.RunStarted(session_id="s", run_id="r0", request_id="p0", seq=5),
+        m.TextDelta(session_id="s", run_id="r0", request_id="p0", text="x", seq=6),
+    ]
+    info = m.SessionInfo(session_id="s", agent_id="a", last_seq=6)
+
+    async def owner_says(command: m.GetSession) -> m.SessionOpened:
+        return m.SessionOpened(session=info)
+
+    follower = RemoteSubscription(owner_says, ScriptedStream(read), "s", 4, "test")  # type: ignore[arg-type]
+    follower.expect("r1", "p1")
+    with anyio.fail_after(5):
+        assert [await follower.__anext__(), await follower.__anext__()] == read
+        ends = [await follower.__anext__(), await follower.__anext__()]
+    assert [(e.run_id, e.request_id, e.error.code, e.seq) for e in ends if isinstance(e, m.RunFailed)] == [
+        ("r0", "p0", "owner_lost", 0), ("r1", "p1", "owner_lost", 0),
+    ], ends
+    assert not follower.following_a_run and follower.last_seq == 6
+
+
 class OneByOneStream(ScriptedStream):
     """A :class:`ScriptedStream` read one event at a time (a gap shows between two reads)."""
 
