@@ -325,9 +325,8 @@ class RemoteSubscription:
 
         A session *not* further on lost nothing after what was read. A run read to start that
         it does not run now then ends here ``owner_lost``: its end will never be in the
-        stream. Its owner lost the session mid-run, and the new owner's made-up end for it did
-        not reach the stream either (the old owner's last events, mirrored late, took its
-        place)."""
+        stream. Its owner lost the session mid-run, and the new owner's made-up end for it can
+        miss the stream too (the old owner's last events, mirrored late, can take its seq)."""
         try:
             reply = await self._ask(m.GetSession(session_id=self._session_id))
         except KernelError as exc:

@@ -367,9 +367,9 @@ async def test_a_run_its_owner_accepted_and_never_started_ends_owner_lost_for_th
 
 
 async def test_a_run_in_flight_whose_owner_lost_the_session_ends_owner_lost_when_nothing_was_lost() -> None:
-    """CI's flaky cluster test, made certain: the follower read a run start, then its owner
-    lost the session mid-run. The new owner's made-up end did not reach the stream, because the
-    old owner's last delta, mirrored late, took its seq. The session (taken over, idle) is not
+    """The follower read a run start, then its owner lost the session mid-run. The new
+    owner's made-up end did not reach the stream, because the old owner's last delta, mirrored
+    late, took its seq. The session (taken over, idle) is not
     past what was read, so nothing was lost: the run in flight, and one queued behind it for a
     command sent from here, end ``owner_lost``. Before, this was a gap ("lost by the cluster"),
     and the queued request ended ``rate_limited`` as if its reader had fallen behind."""
