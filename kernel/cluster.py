@@ -137,6 +137,21 @@ OWNER_LOST = "the gateway instance running this session stopped; another took it
 NEVER_STARTED = "the gateway instance that accepted this run stopped before running it; another took the session over"
 
 
+def events_lost_at_takeover(session_id: str, published_seq: int, lost_to_seq: int) -> SubscriberLagged:
+    """The new owner's note, in the stream at seq ``lost_to_seq``, that the events after
+    ``published_seq`` up to it never reached the stream: its previous owner emitted them, then
+    found its lease gone and its events refused (``Cluster.publish`` is fenced by the lease),
+    while the seq it had reached was already saved. A reader at ``published_seq`` missed
+    nothing it could have read, and no run it follows will go on: it ends them ``owner_lost``,
+    not as a reader that fell behind."""
+    return SubscriberLagged(
+        session_id=session_id,
+        seq=lost_to_seq,
+        last_seq=published_seq,
+        error=ErrorInfo(code="owner_lost", message=f"{OWNER_LOST}; its events after seq {published_seq} never reached the cluster"),
+    )
+
+
 def owner_lost(tail: list[Event]) -> RunFailed | None:
     """The ``run_failed`` that ends a run the dead owner left in flight (``None``: none was)."""
     ended: set[str] = set()
@@ -257,23 +272,33 @@ class RemoteSubscription:
             return
         if not events:
             return
-        if events[0].seq != self._read_seq + 1:
-            self._buffer.append(
-                SubscriberLagged(
-                    session_id=self._session_id,
-                    seq=events[0].seq,
-                    last_seq=self._read_seq,
-                    error=ErrorInfo(code="rate_limited", message=f"the events after seq {self._read_seq} are no longer retained"),
-                )
-            )
-            self._closed = True
+        if not self._continues(events[0]):
+            self._gap(f"the events after seq {self._read_seq} are no longer retained", events[0].seq)
             return
         self._extend(events)
 
+    def _continues(self, event: Event) -> bool:
+        """``event`` is the next one to read: the next seq, or a new owner's note that the
+        events after the last one read never reached the stream (:func:`events_lost_at_takeover`)."""
+        if isinstance(event, SubscriberLagged):
+            return event.last_seq == self._read_seq
+        return event.seq == self._read_seq + 1
+
+    def _gap(self, message: str, seq: int) -> None:
+        """Events after the last one read are gone: told to the follower, and following ends."""
+        self._buffer.append(
+            SubscriberLagged(session_id=self._session_id, seq=seq, last_seq=self._read_seq, error=ErrorInfo(code="rate_limited", message=message))
+        )
+        self._closed = True
+
     def _extend(self, events: list[Event]) -> None:
-        self._buffer.extend(events)
-        self._read_seq = events[-1].seq
         for event in events:
+            if isinstance(event, SubscriberLagged):  # a new owner's note (it follows the last event it read)
+                self._buffer.append(event)
+                self._closed = True
+                return
+            self._buffer.append(event)
+            self._read_seq = event.seq
             if isinstance(event, RunStarted):
                 self._expected.pop(event.run_id, None)
                 self._open_runs[event.run_id] = event.request_id
@@ -350,22 +375,10 @@ class RemoteSubscription:
             return
         if events is None:
             self._closed = True
-        elif events and events[0].seq == self._read_seq + 1:
+        elif events and self._continues(events[0]):
             self._extend(events)
         else:
-            self._buffer.append(
-                SubscriberLagged(
-                    session_id=self._session_id,
-                    seq=reply.session.last_seq,
-                    last_seq=self._read_seq,
-                    error=ErrorInfo(
-                        code="rate_limited",
-                        message=f"the events after seq {self._read_seq} were lost by the cluster"
-                        + (" (a run's end among them)" if lost_end else ""),
-                    ),
-                )
-            )
-            self._closed = True
+            self._gap(f"the events after seq {self._read_seq} were lost by the cluster" + (" (a run's end among them)" if lost_end else ""), info.last_seq)
 
     def _end_never_started(self, info: m.SessionInfo) -> None:
         """The session is where this follower read up to, so an accepted run it neither runs

@@ -170,7 +170,9 @@ class Follower:
                 self.closed = True
             else:
                 self._sub = await self._replace(behind)
-            return [ready[0]]
+            # Gone for good, as the new notice says — but when they went with the session's
+            # previous owner, the first notice says so (the runs it cut off will not go on).
+            return [lagged if lagged.end_code == "owner_lost" else ready[0]]
         except KernelError:  # the session is gone
             self.closed = True
             return []
@@ -295,12 +297,10 @@ class RunFollower:
             ours = [event for event in batch if self._watch.feed(event)]
             lost = batch[-1] if isinstance(batch[-1], SubscriberLagged) else None
             if lost is not None and self._watch.end is None and self._follower.stop_on_loss:
-                self._watch.give_up(self.session_id, "rate_limited", f"the request fell behind and missed events of its run: {lost.error.message}")
+                self._watch.lost(self.session_id, lost, "the request fell behind and missed events of its run")
                 return [*ours, lost]
             if lost is not None and self._watch.end is None and not await self._still_running():
-                ours.append(
-                    self._watch.give_up(self.session_id, "rate_limited", f"the request fell behind and missed the end of its run: {lost.error.message}")
-                )
+                ours.append(self._watch.lost(self.session_id, lost, "the request fell behind and missed the end of its run"))
             if ours:
                 return ours
         return []

@@ -708,6 +708,13 @@ class SubscriberLagged(_Event, frozen=True, tag="subscriber_lagged"):
     last_seq: int
     error: ErrorInfo
 
+    @property
+    def end_code(self) -> ErrorCode:
+        """How a run whose events this loss cut off ends: ``owner_lost`` when they went with
+        the session's previous owner (the run will not go on), else ``rate_limited`` (the
+        reader fell behind)."""
+        return "owner_lost" if self.error.code == "owner_lost" else "rate_limited"
+
 
 Event = (
     RunStarted

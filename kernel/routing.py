@@ -17,7 +17,7 @@ import anyio
 import msgspec
 
 from . import model as m
-from .cluster import READ_ONLY, ROUTED, Cluster, CommandWithdrawn, RemoteSubscription, owner_lost
+from .cluster import READ_ONLY, ROUTED, Cluster, CommandWithdrawn, RemoteSubscription, events_lost_at_takeover, owner_lost
 from .host import seq_key
 
 if TYPE_CHECKING:
@@ -205,13 +205,21 @@ class ClusterRouting:
 
     async def take_over(self, session: Session) -> None:
         """A session loaded here in a cluster (after :meth:`hold`): its seq goes on from the
-        shared stream, and a run a previous owner left in flight ends as ``owner_lost``."""
+        shared stream, and a run a previous owner left in flight ends as ``owner_lost``.
+
+        The seq the previous owner saved can be past the stream's last event: it emitted
+        events after its lease was gone, which the stream refused. The seqs go on after the
+        saved one (its own clients saw those), and a note in the stream says the events
+        between went with it (:func:`~kernel.cluster.events_lost_at_takeover`)."""
         cluster = self.cluster
         tail = await cluster.tail(session.id, TAKEOVER_TAIL)
         stored = await self.host.store.get_value(seq_key(session.id))
         floor = int(stored) if stored else 0
-        session.hub.last_seq = max(session.hub.last_seq, floor, tail[-1].seq if tail else 0)
+        published = tail[-1].seq if tail else 0
+        session.hub.last_seq = max(session.hub.last_seq, floor, published)
         session.hub.mirror = cluster.publish
+        if tail and session.hub.last_seq > published:  # the previous owner's last events were refused
+            cluster.publish(events_lost_at_takeover(session.id, published, session.hub.last_seq))
         lost = owner_lost(tail)
         if lost is not None:
             await session.emit(lost)

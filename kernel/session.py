@@ -39,6 +39,7 @@ from .model import (
 from .observe import CURRENT_RUN
 from .run import execute_run
 from .state import Answer, QuestionKind, SessionMachine
+from .store import fenced_out
 
 if TYPE_CHECKING:
     from .host import SessionHost
@@ -362,9 +363,15 @@ class Session:
         return stamped
 
     async def persist(self, messages: list[Message]) -> None:
-        """Append to the context and the store before anything is acknowledged."""
+        """Append to the context and the store before anything is acknowledged.
+
+        Not once this instance knows it lost the session (``lease_lost``): another instance
+        runs it now, and what this one would still write would land in its history or not
+        depending on how the two raced to the store's fence — refused, as the fence would."""
         if not messages:
             return
+        if self.closing and self.closing_cause == "owner_lost":
+            raise fenced_out(self.id)
         now = time.time()
         if self.active is not None:  # a run's messages say which run stored them (Message.run_id)
             run = self.active

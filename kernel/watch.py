@@ -16,6 +16,7 @@ from .model import (
     RunEvent,
     RunFailed,
     RunFinished,
+    SubscriberLagged,
     ToolApprovalRequested,
     ToolResult,
     TurnLimitReached,
@@ -52,6 +53,13 @@ class RunWatch:
         if isinstance(event, RUN_END_EVENTS):
             self.end = event
         return True
+
+    def lost(self, session_id: str, lagged: SubscriberLagged, missed: str) -> RunFailed:
+        """The end that will not arrive because events were lost (``lagged``): ``owner_lost``
+        when they went with the session's previous owner, else ``rate_limited`` with ``missed``
+        (what the reader missed by falling behind)."""
+        code = lagged.end_code
+        return self.give_up(session_id, code, lagged.error.message if code == "owner_lost" else f"{missed}: {lagged.error.message}")
 
     def give_up(self, session_id: str, code: ErrorCode, message: str) -> RunFailed:
         """The end that will not arrive (session closed, events lost): a ``run_failed``."""

@@ -23,9 +23,9 @@ import msgspec
 import pytest
 from anyio.abc import TaskStatus
 
-from kernel import CommandWithdrawn, Follower, KernelError
+from kernel import CommandWithdrawn, Follower, KernelError, RunWatch
 from kernel import model as m
-from kernel.cluster import RemoteSubscription
+from kernel.cluster import RemoteSubscription, events_lost_at_takeover
 from kernel.routing import ClusterRouting
 from kernel.testing import running_kernel
 from plugins.cluster.redis import CancelledIsNoFailure, Forwarded, RedisCluster
@@ -391,6 +391,43 @@ async def test_a_run_in_flight_whose_owner_lost_the_session_ends_owner_lost_when
         ("r0", "p0", "owner_lost", 0), ("r1", "p1", "owner_lost", 0),
     ], ends
     assert not follower.following_a_run and follower.last_seq == 6
+
+
+async def test_a_new_owners_note_of_the_previous_owners_lost_events_ends_following_owner_lost() -> None:
+    """The previous owner saved a seq (5) its stream never reached: its last events were refused
+    once its lease was gone. The new owner goes on after that seq, and its note in the stream
+    says so. A reader that read the stream to its end (4) missed nothing it could have read:
+    it is told the loss as ``owner_lost`` (its runs will not go on), not as a reader that fell
+    behind. One that had read further (events Redis lost since) is told a plain gap."""
+    read = [m.RunStarted(session_id="s", run_id="r0", request_id="p0", seq=3), m.TextDelta(session_id="s", run_id="r0", text="x", seq=4)]
+    note = events_lost_at_takeover("s", 4, 5)
+    after = [m.RunFailed(session_id="s", run_id="r0", request_id="p0", seq=6, error=m.ErrorInfo(code="owner_lost", message="gone"))]
+    info = m.SessionInfo(session_id="s", agent_id="a", last_seq=6)
+
+    async def owner_says(command: m.GetSession) -> m.SessionOpened:
+        return m.SessionOpened(session=info)
+
+    for stream in (ScriptedStream([*read, note, *after]), OneByOneStream([*read, note, *after])):
+        follower = RemoteSubscription(owner_says, stream, "s", 2, "test")  # type: ignore[arg-type]
+        with anyio.fail_after(5):
+            got = [event async for event in follower]
+        assert got == [*read, note] and note.end_code == "owner_lost" and note.last_seq == 4, got
+        assert follower.last_seq == 4
+    further = events_lost_at_takeover("s", 4, 7)
+    ahead = RemoteSubscription(owner_says, ScriptedStream([further]), "s", 5, "test")  # type: ignore[arg-type]
+    with anyio.fail_after(5):
+        got = [event async for event in ahead]
+    assert len(got) == 1 and isinstance(got[0], m.SubscriberLagged) and got[0].last_seq == 5, got
+    assert got[0].end_code == "rate_limited" and "no longer retained" in got[0].error.message
+
+
+def test_a_run_whose_events_went_with_the_previous_owner_ends_owner_lost_not_as_fallen_behind() -> None:
+    note = events_lost_at_takeover("s", 4, 6)
+    trimmed = m.SubscriberLagged(session_id="s", seq=9, last_seq=4, error=m.ErrorInfo(code="rate_limited", message="gone"))
+    ended = [RunWatch("p0", "r0").lost("s", lag, "missed its end") for lag in (note, trimmed)]
+    assert [(end.error.code, end.error.message) for end in ended] == [
+        ("owner_lost", note.error.message), ("rate_limited", "missed its end: gone"),
+    ]
 
 
 class OneByOneStream(ScriptedStream):

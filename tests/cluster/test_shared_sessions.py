@@ -10,6 +10,7 @@ import pytest
 
 from kernel import Follower, RunFollower, Tool
 from kernel import model as m
+from kernel.host import seq_key
 from kernel.testing import ScriptedProvider, text_turn, tool_turn
 from plugins.cluster.redis import RedisCluster
 
@@ -185,3 +186,30 @@ async def test_a_prompt_queued_at_an_owner_that_lost_the_session_ends_owner_lost
             assert isinstance(end, m.RunFailed) and end.error.code == "owner_lost", end  # A's run in flight: refused, never whole
         history = await b.execute(m.GetHistory(session_id="s"))
         assert isinstance(history, m.HistoryView) and "second" not in [x.content for x in history.messages]
+
+
+async def test_a_takeover_behind_the_saved_seq_notes_the_loss_and_its_follower_is_told_owner_lost() -> None:
+    """The previous owner saved a seq its stream never reached (its last events were refused,
+    its lease gone). The new owner goes on after that seq and notes in the stream that the
+    events between went with the previous owner. A follower that read the stream to its end is
+    told so as ``owner_lost``; before, the seqs' gap read as a reader that fell behind, and a
+    request queued there ended ``rate_limited`` (CI's flaky case above)."""
+    async with cluster_kernels([ScriptedProvider([text_turn("one")]), ScriptedProvider([])], lease_s=30.0) as (a, b):
+        await a.execute(m.OpenSession(session_id="s"))
+        async with await RunFollower.start(a, m.Prompt(session_id="s", text="first")) as first:
+            await first.wait()
+        cluster = a.cluster
+        assert isinstance(cluster, RedisCluster)
+        with anyio.fail_after(10):
+            while not (tail := await cluster.tail("s", 1)) or not isinstance(tail[-1], m.RunFinished):
+                await anyio.sleep(0.01)
+        published = tail[-1].seq
+        async with await Follower.open(b, "s", client="test") as watcher:  # from the stream's end
+            await a.store.set_value(seq_key("s"), str(published + 2).encode())  # A's refused events had reached that seq
+            await cluster._client.delete([cluster._owner_key("s")])
+            await b.execute(m.GetSession(session_id="s"))  # B takes it over
+            with anyio.fail_after(20):
+                batch = await watcher.next_batch()
+        assert len(batch) == 1 and isinstance(lost := batch[0], m.SubscriberLagged), batch
+        assert (lost.last_seq, lost.seq, lost.end_code) == (published, published + 2, "owner_lost"), lost
+        assert b.sessions["s"].hub.last_seq == published + 2

@@ -12,7 +12,7 @@ import pytest
 from kernel import model as m
 from kernel.testing import ScriptedProvider, running_kernel, text_turn
 
-from .helpers import StallingStore, prompt, run_events
+from .helpers import StallingStore, next_of, prompt, run_events
 
 pytestmark = pytest.mark.anyio
 
@@ -68,3 +68,25 @@ async def test_a_session_closed_after_its_run_ended_publishes_no_made_up_end(tmp
         with anyio.fail_after(5):
             after = [event async for event in sub]
         assert after == []
+
+
+async def test_a_session_whose_lease_was_lost_writes_nothing_more_and_its_runs_end_owner_lost() -> None:
+    """Another instance holds the session's lease now: this one writes nothing more for it.
+    What it would write (the run's partial answer, the prompt queued behind it) would land in
+    the history or be refused depending on how it raced the new owner to the store's fence;
+    refused every time, the runs end the same way every time (CI's flaky takeover case)."""
+    model = ScriptedProvider([text_turn(*[f"w{i} " for i in range(200)])], delay_s=0.01)
+    async with running_kernel(model) as kernel:
+        opened = await kernel.execute(m.OpenSession(session_id="s"))
+        sub = await kernel.subscribe("s")
+        first = await prompt(kernel, "s", "one", request_id="r1")
+        queued = await prompt(kernel, "s", "two", request_id="r2")
+        await next_of(sub, m.TextDelta)
+        kernel.lease_lost("s")
+        with anyio.fail_after(5):
+            ends = [event async for event in sub if isinstance(event, m.RunFinished | m.RunFailed)]
+        assert [(end.run_id, type(end).__name__, end.error.code if isinstance(end, m.RunFailed) else None) for end in ends] == [
+            (first.run_id, "RunFailed", "owner_lost"), (queued.run_id, "RunFailed", "owner_lost"),
+        ], ends
+        stored = await kernel.store.load_messages(opened.session.session_id, 10)
+        assert [(x.role, x.content) for x in stored] == [("user", "one")]

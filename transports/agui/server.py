@@ -241,7 +241,7 @@ class AguiApi:
                 if not batch:
                     pending += encoder.give_up("internal", "the thread was closed before its run ended")
                 elif isinstance(batch[-1], m.SubscriberLagged) and not encoder.ended:
-                    pending += encoder.give_up("rate_limited", f"events of the run were lost: {batch[-1].error.message}; reconnect")
+                    pending += encoder.give_up(batch[-1].end_code, f"events of the run were lost: {batch[-1].error.message}; reconnect")
         return None
 
 

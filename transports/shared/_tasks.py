@@ -272,7 +272,7 @@ class TaskBook:
                     if watch.feed(event):
                         changed = task.feed(event) or changed
                 if isinstance(batch[-1], m.SubscriberLagged) and watch.end is None and not await self._still_running(task):
-                    task.finish(watch.give_up(task.session_id, "rate_limited", "events of the run were lost"))
+                    task.finish(watch.lost(task.session_id, batch[-1], "events of the run were lost"))
                     changed = True
                 if changed:
                     await self._changed(task)
