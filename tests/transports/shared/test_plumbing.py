@@ -101,6 +101,14 @@ def test_sse_format_follows_spec() -> None:
     assert format_sse("x\n") == b"data: x\ndata: \n\n"
     with pytest.raises(ValueError):
         format_sse("x", event="a\nb")
+    with pytest.raises(ValueError):
+        format_sse("x", id="1\x00")
+    # Bytes (UTF-8, as the JSON encoders give) are framed as they are: the same lines as
+    # their text, multi-byte characters untouched; one line is the common case (JSON).
+    text = "é€\r\n😀\r{}"
+    assert format_sse(text.encode(), event="e", retry_ms=1500) == format_sse(text, event="e", retry_ms=1500)
+    assert format_sse(text.encode()) == "data: é€\ndata: 😀\ndata: {}\n\n".encode()
+    assert format_sse(b'{"a":"\\n"}', id="7") == b'id: 7\ndata: {"a":"\\n"}\n\n'
 
 
 def test_sliding_window_limiter() -> None:
