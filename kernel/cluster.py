@@ -350,8 +350,9 @@ class RemoteSubscription:
 
         A session *not* further on lost nothing after what was read. A run read to start that
         it does not run now then ends here ``owner_lost``: its end will never be in the
-        stream. Its owner lost the session mid-run, and the new owner's made-up end for it can
-        miss the stream too (the old owner's last events, mirrored late, can take its seq)."""
+        stream. Its owner lost the session mid-run, and the new owner makes up an end only for
+        the run in flight that the stream's tail shows; a follower must not wait for ever on a
+        run that tail no longer shows, or whose made-up end did not reach the stream (Redis away)."""
         try:
             reply = await self._ask(m.GetSession(session_id=self._session_id))
         except KernelError as exc:
