@@ -19,7 +19,7 @@ import anyio
 
 from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
-from transports.shared import ClientWatch, Request, open_sse, watching
+from transports.shared import ClientWatch, Request, Response, open_sse, watching
 
 log = logging.getLogger("gateway.http")
 
@@ -27,12 +27,11 @@ Unanswered = Literal["gone", "timeout"]
 
 
 async def read_run(
-    request: Request,
     run: RunFollower,
     *,
     timeout_s: float,
+    watch: ClientWatch,
     until: Callable[[m.Event], bool] | None = None,
-    watch: ClientWatch | None = None,
 ) -> tuple[list[m.Event], Unanswered | None]:
     """The run's events up to its end, or up to the first batch holding an event that
     ``until`` accepts or, with ``until``, saying that the model accepted the request
@@ -43,12 +42,22 @@ async def read_run(
     as it would from the upstream itself, instead of after the first token (the openai SDK
     spends 0.8-1 ms on them).
 
-    ``watch``: the answer's watch of the client (a stream's, which its SSE response goes on
-    using: :func:`write_run`); without it the client is watched for this wait alone."""
-    if watch is not None:
-        return await _read(run, timeout_s, until, watch)
-    async with watching(request) as own:
-        return await _read(run, timeout_s, until, own)
+    ``watch``: the answer's one watch of the client (a stream's goes on with its SSE
+    response: :func:`write_run`; a whole answer's ends after it is sent: :func:`answer_run`)."""
+    return await _read(run, timeout_s, until, watch)
+
+
+async def answer_run(
+    request: Request, run: RunFollower, *, timeout_s: float, answer: Callable[[list[m.Event], Unanswered | None], Awaitable[Response]]
+) -> None:
+    """A whole (non-stream) answer: the run read to its end under one watch of the client,
+    and the response ``answer`` makes of its events sent before that watch stops — and
+    before the run's throw-away session is deleted (:func:`ephemeral_run`). Returned to the
+    router instead, the response waited for both: stopping a watch (its task cancelled and
+    joined) took 80-110 µs of a non-stream answer's time."""
+    async with watching(request) as watch:
+        seen, why = await _read(run, timeout_s, None, watch)
+        await (await answer(seen, why)).send_to(request.send)
 
 
 async def _read(

@@ -222,3 +222,52 @@ async def test_a_failure_after_the_model_accepted_ends_the_stream_as_a_failure(d
                 provider.release.set()
                 text = (await response.aread()).decode()
         assert failed in text and "the upstream broke off" in text and whole not in text
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"model": "default", "messages": [{"role": "user", "content": "hi"}]}),
+        ("/v1/messages", {"model": "default", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}),
+        ("/v1/responses", {"model": "default", "input": "hi", "store": False}),
+    ],
+)
+async def test_a_whole_answer_is_sent_before_its_watch_stops_and_its_session_is_deleted(path: str, body: dict[str, object]) -> None:
+    """A non-stream answer goes out first; stopping the client's watch (a task cancelled and
+    joined) and deleting the throw-away session come after it, not before the client has it."""
+    from transports.http.server import HttpApp
+
+    async with running_kernel(ScriptedProvider([text_turn("whole")])) as kernel:
+        app = HttpApp(kernel, HttpConfig())
+        order: list[str] = []
+        sessions_at_body: list[int] = []
+        delivered = False
+
+        async def receive() -> dict[str, object]:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": msgspec.json.encode(body), "more_body": False}
+            try:
+                await anyio.sleep_forever()
+            finally:
+                order.append("watch stopped")
+            raise AssertionError("unreachable")
+
+        async def send(message: dict[str, object]) -> None:
+            if message["type"] == "http.response.body":
+                order.append("body")
+                sessions_at_body.append(len(kernel.sessions))
+            elif message["type"] == "http.response.start":
+                assert message["status"] == 200, message
+
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+            "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+            "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"), (b"anthropic-version", b"2023-06-01")],
+            "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000), "state": {},
+        }
+        with anyio.fail_after(10):
+            await app(scope, receive, send)
+        assert order == ["body", "watch stopped"], order
+        assert sessions_at_body == [1] and not kernel.sessions  # deleted after the body, before the app returned

@@ -26,7 +26,7 @@ from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
 from transports.shared import ClientWatch, Request, Response, Router, format_sse, json_response, watching
 
-from ..runs import Unanswered, ephemeral_run, read_run, write_run
+from ..runs import Unanswered, answer_run, ephemeral_run, read_run, write_run
 from . import codec, reply_codec
 from .codec import MessagesPlan
 from .reply_codec import Frame, StreamEncoder
@@ -112,7 +112,8 @@ class AnthropicApi:
                 estimate = codec.estimate_tokens(parsed.system, parsed.messages, parsed.tools)
                 if plan.stream:
                     return await self._stream(request, run, plan, estimate, message_id, request_id)
-                return await self._complete(request, run, plan, estimate, message_id, request_id)
+                await self._complete(request, run, plan, estimate, message_id, request_id)
+                return None
         except KernelError as exc:
             return _error(codec.from_error_info(exc.info()), request_id)
 
@@ -129,27 +130,29 @@ class AnthropicApi:
 
     async def _complete(
         self, request: Request, run: RunFollower, plan: MessagesPlan, estimate: int, message_id: str, request_id: str
-    ) -> Response:
-        seen, why = await read_run(request, run, timeout_s=self.run_timeout_s)
-        if why is not None:
-            return await self._unanswered(run, why, request_id)
-        end = run.end
-        assert end is not None
-        failure = m.run_end_error(end)
-        if failure is not None or not isinstance(end, m.RunFinished):
-            return _error(codec.from_error_info(failure or m.ErrorInfo(code="internal", message="the run ended without an answer")), request_id)
-        body = reply_codec.message(
-            message_id=message_id, model=plan.response_model, finished=end, events=seen, key=self.signing_key,
-            show_thinking=plan.show_thinking, input_estimate=estimate,
-        )
-        return json_response(200, body, headers={"request-id": request_id})
+    ) -> None:
+        async def answer(seen: list[m.Event], why: Unanswered | None) -> Response:
+            if why is not None:
+                return await self._unanswered(run, why, request_id)
+            end = run.end
+            assert end is not None
+            failure = m.run_end_error(end)
+            if failure is not None or not isinstance(end, m.RunFinished):
+                return _error(codec.from_error_info(failure or m.ErrorInfo(code="internal", message="the run ended without an answer")), request_id)
+            body = reply_codec.message(
+                message_id=message_id, model=plan.response_model, finished=end, events=seen, key=self.signing_key,
+                show_thinking=plan.show_thinking, input_estimate=estimate,
+            )
+            return json_response(200, body, headers={"request-id": request_id})
+
+        await answer_run(request, run, timeout_s=self.run_timeout_s, answer=answer)
 
     async def _stream(
         self, request: Request, run: RunFollower, plan: MessagesPlan, estimate: int, message_id: str, request_id: str
     ) -> Response | None:
         async with watching(request) as watch:  # one watch of the client: the wait, then the stream
             pending, why = await read_run(
-                request, run, timeout_s=self.run_timeout_s, until=lambda event: isinstance(event, reply_codec.OUTPUT), watch=watch
+                run, timeout_s=self.run_timeout_s, until=lambda event: isinstance(event, reply_codec.OUTPUT), watch=watch
             )
             if why is not None:
                 return await self._unanswered(run, why, request_id)

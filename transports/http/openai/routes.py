@@ -22,7 +22,7 @@ from kernel import Kernel, KernelError, RunFollower
 from kernel import model as m
 from transports.shared import ClientWatch, Request, Response, Router, format_sse, json_response, watching
 
-from ..runs import Unanswered, ephemeral_run, read_run, write_run
+from ..runs import Unanswered, answer_run, ephemeral_run, read_run, write_run
 from . import codec
 from .codec import ChatPlan
 from .wire import OpenAIError
@@ -79,7 +79,8 @@ class OpenAIApi:
             ) as run:
                 if plan.stream:
                     return await self._stream(request, run, plan, completion_id)
-                return await self._complete(request, run, plan, completion_id)
+                await self._complete(request, run, plan, completion_id)
+                return None
         except KernelError as exc:
             return _error(codec.from_error_info(exc.info()))
 
@@ -87,26 +88,28 @@ class OpenAIApi:
         await run.interrupt("client" if why == "gone" else "timeout")
         return _error(codec.client_gone() if why == "gone" else codec.run_timeout(self.run_timeout_s))
 
-    async def _complete(self, request: Request, run: RunFollower, plan: ChatPlan, completion_id: str) -> Response:
-        seen, why = await read_run(request, run, timeout_s=self.run_timeout_s)
-        if why is not None:
-            return await self._unanswered(run, why)
-        end = run.end
-        assert end is not None
-        failed = codec.end_error(end)
-        if failed is not None:
-            return _error(failed)
-        assert isinstance(end, m.RunFinished)
-        body = codec.completion(
-            completion_id=completion_id, created=int(time.time()), model=plan.response_model,
-            finished=end, reasoning=codec.reasoning_text(seen), client_calls=end.pending_tool_calls,
-        )
-        return json_response(200, body)
+    async def _complete(self, request: Request, run: RunFollower, plan: ChatPlan, completion_id: str) -> None:
+        async def answer(seen: list[m.Event], why: Unanswered | None) -> Response:
+            if why is not None:
+                return await self._unanswered(run, why)
+            end = run.end
+            assert end is not None
+            failed = codec.end_error(end)
+            if failed is not None:
+                return _error(failed)
+            assert isinstance(end, m.RunFinished)
+            body = codec.completion(
+                completion_id=completion_id, created=int(time.time()), model=plan.response_model,
+                finished=end, reasoning=codec.reasoning_text(seen), client_calls=end.pending_tool_calls,
+            )
+            return json_response(200, body)
+
+        await answer_run(request, run, timeout_s=self.run_timeout_s, answer=answer)
 
     async def _stream(self, request: Request, run: RunFollower, plan: ChatPlan, completion_id: str) -> Response | None:
         async with watching(request) as watch:  # one watch of the client: the wait, then the stream
             pending, why = await read_run(
-                request, run, timeout_s=self.run_timeout_s, until=lambda event: isinstance(event, codec.OUTPUT), watch=watch
+                run, timeout_s=self.run_timeout_s, until=lambda event: isinstance(event, codec.OUTPUT), watch=watch
             )
             if why is not None:
                 return await self._unanswered(run, why)

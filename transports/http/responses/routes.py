@@ -40,7 +40,7 @@ from transports.shared import ClientWatch, Request, Response, Router, format_sse
 
 from ..openai.codec import client_gone, from_error_info, run_timeout
 from ..openai.wire import OpenAIError
-from ..runs import Unanswered, read_run, write_run
+from ..runs import Unanswered, answer_run, read_run, write_run
 from . import codec
 from . import wire as w
 from .codec import Frame, ResponseBuilder, ResponsePlan
@@ -153,7 +153,8 @@ class ResponsesApi:
                     try:
                         if plan.stream:
                             return await self._stream(request, run, builder)
-                        return await self._complete(request, run, builder)
+                        await self._complete(request, run, builder)
+                        return None
                     finally:
                         await self._settle(run, builder, request.caller)
         except _Refused as exc:
@@ -161,29 +162,32 @@ class ResponsesApi:
         except KernelError as exc:
             return _error(from_error_info(exc.info()))
 
-    async def _complete(self, request: Request, run: RunFollower, builder: ResponseBuilder) -> Response:
+    async def _complete(self, request: Request, run: RunFollower, builder: ResponseBuilder) -> None:
         """The whole answer; one that is not whole is ``status: "failed"`` with its error
         and the partial output — or, with no output at all, the error's HTTP status."""
-        seen, why = await read_run(request, run, timeout_s=self.run_timeout_s)
-        if why is not None:
-            return await self._unanswered(run, why)
-        for event in seen:
-            builder.feed(event)
-        end = run.end
-        assert end is not None
-        await self._finish(builder, end, request.caller)
-        error = m.run_end_error(end)
-        if error is not None and not builder.output:
-            return _error(from_error_info(error))
-        assert builder.final is not None
-        return Response(200, codec.encode(builder.final), content_type="application/json", headers=self._headers(builder))
+
+        async def answer(seen: list[m.Event], why: Unanswered | None) -> Response:
+            if why is not None:
+                return await self._unanswered(run, why)
+            for event in seen:
+                builder.feed(event)
+            end = run.end
+            assert end is not None
+            await self._finish(builder, end, request.caller)
+            error = m.run_end_error(end)
+            if error is not None and not builder.output:
+                return _error(from_error_info(error))
+            assert builder.final is not None
+            return Response(200, codec.encode(builder.final), content_type="application/json", headers=self._headers(builder))
+
+        await answer_run(request, run, timeout_s=self.run_timeout_s, answer=answer)
 
     async def _stream(self, request: Request, run: RunFollower, builder: ResponseBuilder) -> Response | None:
         async with watching(request) as watch:  # one watch of the client: the wait, then the stream
             return await self._watched_stream(request, run, builder, watch)
 
     async def _watched_stream(self, request: Request, run: RunFollower, builder: ResponseBuilder, watch: ClientWatch) -> Response | None:
-        pending, why = await read_run(request, run, timeout_s=self.run_timeout_s, until=builder.shows, watch=watch)
+        pending, why = await read_run(run, timeout_s=self.run_timeout_s, until=builder.shows, watch=watch)
         if why is not None:
             return await self._unanswered(run, why)
         error = m.run_end_error(run.end) if run.end is not None else None
