@@ -44,25 +44,6 @@ async def read_run(
 
     ``watch``: the answer's one watch of the client (a stream's goes on with its SSE
     response: :func:`write_run`; a whole answer's ends after it is sent: :func:`answer_run`)."""
-    return await _read(run, timeout_s, until, watch)
-
-
-async def answer_run(
-    request: Request, run: RunFollower, *, timeout_s: float, answer: Callable[[list[m.Event], Unanswered | None], Awaitable[Response]]
-) -> None:
-    """A whole (non-stream) answer: the run read to its end under one watch of the client,
-    and the response ``answer`` makes of its events sent before that watch stops — and
-    before the run's throw-away session is deleted (:func:`ephemeral_run`). Returned to the
-    router instead, the response waited for both: stopping a watch (its task cancelled and
-    joined) took 80-110 µs of a non-stream answer's time."""
-    async with watching(request) as watch:
-        seen, why = await _read(run, timeout_s, None, watch)
-        await (await answer(seen, why)).send_to(request.send)
-
-
-async def _read(
-    run: RunFollower, timeout_s: float, until: Callable[[m.Event], bool] | None, watch: ClientWatch
-) -> tuple[list[m.Event], Unanswered | None]:
     seen: list[m.Event] = []
     why: Unanswered | None = None
     deadline = anyio.current_time() + timeout_s
@@ -86,6 +67,19 @@ async def _read(
         finally:
             watch.on_gone(None)
     return seen, why
+
+
+async def answer_run(
+    request: Request, run: RunFollower, *, timeout_s: float, answer: Callable[[list[m.Event], Unanswered | None], Awaitable[Response]]
+) -> None:
+    """A whole (non-stream) answer: the run read to its end under one watch of the client,
+    and the response ``answer`` makes of its events sent before that watch stops — and
+    before the run's throw-away session is deleted (:func:`ephemeral_run`). Returned to the
+    router instead, the response waited for both: stopping a watch (its task cancelled and
+    joined) took 80-110 µs of a non-stream answer's time."""
+    async with watching(request) as watch:
+        seen, why = await read_run(run, timeout_s=timeout_s, watch=watch)
+        await (await answer(seen, why)).send_to(request.send)
 
 
 #: A dialect's SSE bytes for a batch of a run's events, and whether the run ended with it.
