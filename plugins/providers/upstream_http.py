@@ -46,6 +46,8 @@ from openai._base_client import get_platform
 from openai._models import FinalRequestOptions
 from openai._utils import asyncify
 
+from .one_write import OneWriteBackend
+
 __all__ = ["BROKEN", "FAILED", "TIMED_OUT", "ChatHop", "UpstreamAnswer"]
 
 #: What a request or a body read raises when the connection times out.
@@ -147,6 +149,8 @@ class ChatHop:
         pool = getattr(transport, "_pool", None)
         if not isinstance(pool, httpcore2.AsyncConnectionPool):
             raise ValueError("the openai provider needs the SDK's client on httpx2's own transport (its httpcore2 pool)")
+        if not isinstance(pool._network_backend, OneWriteBackend):
+            pool._network_backend = OneWriteBackend(pool._network_backend)
         self._pool = pool
         self._timeouts = httpx2.Timeout(client.timeout).as_dict()
         self._dynamic = getattr(client, "_api_key_provider", None) is not None
