@@ -15,8 +15,16 @@ then the median time of each step after the OpenAI route is entered:
   first delta published  the kernel published it (the writer is woken)
   read_run returned      the route has the first batch
   headers sent           the SSE response started (``http.response.start``)
-  first frame written    the first chunk handed to hypercorn, and back
+  first frame written    the first chunk handed to hypercorn, and back (the role chunk,
+                         sent once the upstream accepted)
+  first text written     the first chunk that carries text, handed to hypercorn and back
   last delta published   the end of the burst
+
+Then the gateway's main thread from the route's start to the first text written: how long it
+ran (``CLOCK_THREAD_CPUTIME_ID``), how long it waited for a CPU while it could run (the
+scheduler's run-queue delay, ``/proc/thread-self/schedstat``) and how long it slept (the rest):
+on two cores the client, the gateway and the upstream can all be runnable at once, and the
+gateway's wait for a core is time the benchmark charges to it without any of its code running.
 
 The probes wrap functions of the gateway (including the private ``kernel.hub``) in the
 child process only; the figures are for diagnosis, not for the results table.
@@ -51,8 +59,18 @@ STEPS = [
     ("sse", "headers sent"),
     ("write", "first frame write starts"),
     ("written", "first frame written"),
+    ("text", "first text written"),
     ("last", "last delta published"),
 ]
+#: A chunk that carries text (the role chunk's content is empty).
+TEXT = re.compile(rb'"content":"[^"]')
+
+
+def thread_times() -> tuple[float, float]:
+    """This thread's time on a CPU and its time waiting for one (run-queue delay), in seconds."""
+    with open("/proc/thread-self/schedstat", "rb") as stat:
+        waited = int(stat.read().split()[1]) / 1e9
+    return time.thread_time(), waited
 
 
 def probe_gateway(argv: list[str]) -> int:
@@ -87,6 +105,8 @@ def probe_gateway(argv: list[str]) -> int:
     async def chat_completions(self: Any, request: Any) -> Any:
         marks.clear()
         marks["route"] = now()
+        ran, waited = thread_times()
+        marks["ran"], marks["waited"] = -ran, -waited
         try:
             return await chat(self, request)
         finally:
@@ -133,10 +153,16 @@ def probe_gateway(argv: list[str]) -> int:
 
     async def probed_write(self: Any, events: bytes, **options: Any) -> Any:
         first = "write" not in marks
+        text = "text" not in marks and TEXT.search(events) is not None
         marks.setdefault("write", now())
         result = await send_raw(self, events, **options)
         if first:
             marks["written"] = now()
+        if text:
+            marks["text"] = now()
+            ran, waited = thread_times()
+            marks["ran"] += ran
+            marks["waited"] += waited
         return result
 
     sse.SSEStream.send_raw = probed_write  # type: ignore[method-assign]
@@ -151,6 +177,11 @@ def probe_gateway(argv: list[str]) -> int:
         for key, _ in STEPS:
             values = [(r[key] - r["route"]) * 1000 for r in measured if key in r]
             cells.append(f"{key}={statistics.median(values):.3f}" if values else f"{key}=nan")
+        for key in ("ran", "waited"):
+            values = [r[key] * 1000 for r in measured if "text" in r]
+            cells.append(f"{key}={statistics.median(values):.3f}" if values else f"{key}=nan")
+        slept = [(r["text"] - r["route"] - r["ran"] - r["waited"]) * 1000 for r in measured if "text" in r]
+        cells.append(f"slept={statistics.median(slept):.3f}" if slept else "slept=nan")
         sys.stderr.write("TIMELINE " + " ".join(cells) + "\n")
         sys.stderr.flush()
 
@@ -299,6 +330,9 @@ async def measure(backend: str, requests: int, rounds: bool = False) -> None:
     print("  after the OpenAI route is entered (gateway process, medians):")
     for key, label in STEPS:
         print(f"    {label:<26} {float(values.get(key, 'nan')):7.3f} ms")
+    ran, waited, slept = (float(values.get(key, "nan")) for key in ("ran", "waited", "slept"))
+    print("  the gateway's main thread from the route's start to the first text written (medians):")
+    print(f"    running {ran:.3f} ms, waiting for a CPU {waited:.3f} ms, asleep {slept:.3f} ms")
     spent = [line[7:].rsplit("=", 1) for line in open(log.name).read().splitlines() if line.startswith("ROUNDS ")]
     if spent:
         print("  from hypercorn reading the request to the first frame written, by whose work (medians, ms):")
