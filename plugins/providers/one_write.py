@@ -3,7 +3,7 @@
 Why: httpcore2 writes an HTTP/1.1 request as two writes, the head and then the body, and
 every write is a checkpoint of the event loop (anyio's ``send`` yields before it writes; trio's
 ``send_all`` after). In the gateway the route and the session have work ready at that moment,
-so the body left 0.7-1 ms after the head on this machine kind (issue 27, ninth pass), while the
+so the body left up to 1 ms after the head on this machine kind (issue 27, ninth pass), while the
 upstream had already parsed the head and waited for the body. Held until its body follows, the
 head leaves with it: the upstream starts on the whole request at once.
 

@@ -21,6 +21,8 @@ everything the SDK configures holds unchanged, from one place:
   refreshes). Per attempt only ``x-stainless-retry-count``, ``traceparent`` and the length
   are added.
 * timeouts: the client's, per phase (connect, read, write, pool).
+* one write per request: a request's head waits for its body (``one_write.py``), where
+  httpcore2 would write them apart with a turn of the event loop between.
 * retries before the answer starts, by the SDK's own policy (``_should_retry``,
   ``_calculate_retry_timeout``): connection errors and timeouts, 408/409/429/5xx honouring
   ``Retry-After``, ``x-should-retry``, ``max_retries``.
@@ -149,6 +151,7 @@ class ChatHop:
         pool = getattr(transport, "_pool", None)
         if not isinstance(pool, httpcore2.AsyncConnectionPool):
             raise ValueError("the openai provider needs the SDK's client on httpx2's own transport (its httpcore2 pool)")
+        # A request's head leaves with its body, on every connection the pool opens from now on.
         if not isinstance(pool._network_backend, OneWriteBackend):
             pool._network_backend = OneWriteBackend(pool._network_backend)
         self._pool = pool
