@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+import anyio
 import httpcore2
 import openai
 import pytest
@@ -19,7 +20,7 @@ from plugins.providers.one_write import HOLD_LIMIT, HeadHold, OneWriteBackend
 from plugins.providers.openai import OpenAIProvider
 from tests.fakes.openai_server import Reply, fake_openai_server
 
-from .test_openai import KEY, collect
+from .test_openai import KEY, collect, stream_of
 
 POST = b"POST /v1/chat/completions HTTP/1.1\r\nhost: upstream\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n"
 
@@ -77,29 +78,38 @@ def test_bytes_that_only_look_like_a_head_are_not_held() -> None:
 
 
 class RecordingBackend(httpcore2.AsyncNetworkBackend):
-    """The real backend, with every write its connections get."""
+    """The real backend, with every write its connections get; ``stall`` set: the next write
+    waits (for ever) once ``stalled`` is set, before anything of it is sent."""
 
     def __init__(self) -> None:
         self.backend = httpcore2.AnyIOBackend()
         self.writes: list[bytes] = []
+        self.connections = 0
+        self.stall = False
+        self.stalled = anyio.Event()
 
     async def connect_tcp(
         self, host: str, port: int, timeout: float | None = None, local_address: str | None = None, socket_options: Iterable[Any] | None = None
     ) -> httpcore2.AsyncNetworkStream:
-        return RecordingStream(await self.backend.connect_tcp(host, port, timeout, local_address, socket_options), self.writes)
+        self.connections += 1
+        return RecordingStream(await self.backend.connect_tcp(host, port, timeout, local_address, socket_options), self)
 
     async def sleep(self, seconds: float) -> None:
         await self.backend.sleep(seconds)
 
 
 class RecordingStream(httpcore2.AsyncNetworkStream):
-    def __init__(self, stream: httpcore2.AsyncNetworkStream, writes: list[bytes]) -> None:
+    def __init__(self, stream: httpcore2.AsyncNetworkStream, backend: RecordingBackend) -> None:
         self._stream = stream
-        self._writes = writes
+        self._backend = backend
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if buffer and self._backend.stall:
+            self._backend.stall = False
+            self._backend.stalled.set()
+            await anyio.sleep_forever()
         if buffer:
-            self._writes.append(buffer)
+            self._backend.writes.append(buffer)
         await self._stream.write(buffer, timeout)
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
@@ -112,15 +122,20 @@ class RecordingStream(httpcore2.AsyncNetworkStream):
         return self._stream.get_extra_info(info)
 
 
+def recorded_client(server_url: str, recorder: RecordingBackend) -> tuple[openai.AsyncOpenAI, OpenAIProvider]:
+    """The SDK's client on ``recorder`` (under the provider's one-write backend), and its provider."""
+    client = openai.AsyncOpenAI(api_key=KEY, base_url=server_url, max_retries=0, timeout=5.0)
+    client._client._transport._pool._network_backend = recorder  # type: ignore[attr-defined]
+    return client, OpenAIProvider(OpenAISettings(api_key=KEY, base_url=server_url), client=client)
+
+
 @pytest.mark.anyio
 async def test_each_request_reaches_the_connection_in_one_write() -> None:
     recorder = RecordingBackend()
     streamed = ProviderRequest(model="fake-model", messages=(Message(role="user", content="hi " * 2000),))
     whole = ProviderRequest(model="fake-model", messages=(Message(role="user", content="once"),), stream=False)
     async with fake_openai_server([Reply(text="one two", chunks=2), Reply(text="whole")]) as server:
-        client = openai.AsyncOpenAI(api_key=KEY, base_url=server.base_url, max_retries=0, timeout=5.0)
-        client._client._transport._pool._network_backend = recorder  # type: ignore[attr-defined]
-        provider = OpenAIProvider(OpenAISettings(api_key=KEY, base_url=server.base_url), client=client)
+        client, provider = recorded_client(server.base_url, recorder)
         try:
             assert isinstance(client._client._transport._pool._network_backend, OneWriteBackend)  # type: ignore[attr-defined]
             first = await collect(provider, streamed)
@@ -135,3 +150,29 @@ async def test_each_request_reaches_the_connection_in_one_write() -> None:
         assert head.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
         assert json.loads(body) == sent  # the whole body, in the same write as its head
         assert b"content-length: %d" % len(body) in head.lower()
+
+
+@pytest.mark.anyio
+async def test_a_request_cancelled_at_its_write_leaves_nothing_behind() -> None:
+    # Cancelled while its one write waits: nothing of it was sent, its connection is dropped,
+    # and the next request goes whole on a new connection (no held head from the first).
+    recorder = RecordingBackend()
+    async with fake_openai_server([Reply(text="after", chunks=1)]) as server:
+        _, provider = recorded_client(server.base_url, recorder)
+        try:
+            recorder.stall = True
+            with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(stream_of, provider)
+                    with anyio.fail_after(5):
+                        await recorder.stalled.wait()
+                    scope.cancel()
+            assert scope.cancelled_caught
+            after = await collect(provider)
+        finally:
+            await provider.aclose()
+    assert "".join(c.text for c in after if isinstance(c, TextChunk)) == "after"
+    assert recorder.connections == 2  # the cancelled request's connection was not reused
+    assert len(recorder.writes) == 1 and len(server.requests) == 1
+    head, _, body = recorder.writes[0].partition(b"\r\n\r\n")
+    assert head.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n") and json.loads(body) == server.requests[0]
