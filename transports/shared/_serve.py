@@ -82,6 +82,10 @@ def _bind_socket(host: str, port: int, peer_timeout_s: float | None = None) -> s
             # worker shields them, so one client that stops reading would otherwise
             # hold its connection, and the server's shutdown, forever.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, max(1, int(peer_timeout_s * 1000)))
+        # Inherited by every accepted connection: each small write (an SSE event, a frame)
+        # leaves at once instead of waiting for the last one's ACK. asyncio sets it itself only
+        # when the socket's proto says TCP (which getaddrinfo gives here); uvloop and trio always.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind(addr)
         sock.listen(BACKLOG)
         sock.setblocking(False)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 from typing import Any
 
@@ -27,6 +29,7 @@ from transports.shared import (
     serve_asgi,
     validate_bind,
 )
+from transports.shared._serve import _bind_socket
 
 from ._toy import ToyConfig, make_app, running
 
@@ -109,6 +112,17 @@ def test_sse_format_follows_spec() -> None:
     assert format_sse(text.encode(), event="e", retry_ms=1500) == format_sse(text, event="e", retry_ms=1500)
     assert format_sse(text.encode()) == "data: é€\ndata: 😀\ndata: {}\n\n".encode()
     assert format_sse(b'{"a":"\\n"}', id="7") == b'id: 7\ndata: {"a":"\\n"}\n\n'
+
+
+def test_accepted_connections_send_small_writes_at_once() -> None:
+    # TCP_NODELAY on every connection the servers accept, whatever the loop: the listening
+    # socket carries it, and the OS hands it to each accepted socket.
+    listener = _bind_socket("127.0.0.1", 0)
+    with listener, socket.create_connection(listener.getsockname()[:2], timeout=5):
+        select.select([listener], [], [], 5)
+        accepted, _ = listener.accept()
+        with accepted:
+            assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
 
 
 def test_sliding_window_limiter() -> None:
