@@ -1,0 +1,132 @@
+"""Diagnostic: what the CPUs did while a proxied first token was on its way.
+
+    python -m tests.bench.diag_sched [--backend asyncio|asyncio+uvloop|trio] [--rounds 100]
+
+Runs the fake upstream (one burst of 200 chunks), the bare relay and the gateway as in
+``bench_openai_proxy``, and sends streamed requests to the three in a rotating order, recording
+each one's window from the client's call to its first content chunk. Meanwhile ``perf sched
+record`` traces every switch and wake-up of both CPUs on the same clock (``-k monotonic``), and
+``_sched_trace`` tells, per window, how long each process ran and how long a thread of the
+client, the proxy or the upstream waited for a CPU: queued on a busy CPU while another CPU sat
+idle, queued with every CPU busy, or being woken onto an idle CPU.
+
+Why: ``diag_proxy`` found the gateway's main thread waiting for a CPU for 1.5-1.7 ms of its
+first-token window, a third of it. This says where the CPUs were then. Tracing every switch
+slows everything down (the client's own first token by about a fifth), so read the figures as
+proportions. Linux only; needs ``perf`` and permission to trace (root, tracefs mounted: this
+mounts it when it is missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import _harness as h
+from ._sched_trace import WAIT_KINDS, Window, analyse, parse
+from .bench_openai_proxy import PROMPT, client, gateway
+
+TARGETS = ("direct", "relay", "gateway")
+ROLES = ("client", "proxy", "upstream", "other", "idle")
+
+
+async def first_token_window(each: object, model: str) -> tuple[float, float]:
+    """(start, first content chunk) on ``time.perf_counter``'s clock; the stream read to its end."""
+    start = time.perf_counter()
+    first = 0.0
+    stream = await each.chat.completions.create(model=model, messages=[{"role": "user", "content": PROMPT}], stream=True)  # type: ignore[attr-defined]
+    async with stream:
+        async for chunk in stream:
+            if not first and chunk.choices and chunk.choices[0].delta.content:
+                first = time.perf_counter()
+    return start, first
+
+
+async def measure(backend: str, rounds: int, data: Path) -> tuple[dict[str, list[tuple[float, float]]], dict[str, int]]:
+    """Each target's first-token windows, and the pid of each process (client, upstream, relay, gateway)."""
+    windows: dict[str, list[tuple[float, float]]] = {name: [] for name in TARGETS}
+    async with h.child("upstream", "--backend", "asyncio") as upstream:
+        async with h.child("relay", *h.backend_args(backend), "--upstream", upstream.ready) as relay:
+            async with gateway(backend, upstream.ready, "sched") as (url, gateway_pid):
+                targets = {
+                    "direct": (client(upstream.ready), "fake-model"),
+                    "relay": (client(relay.ready), "fake-model"),
+                    "gateway": (client(url), "proxy"),
+                }
+                for each, model in targets.values():  # warm-up: connections, first runs
+                    for _ in range(10):
+                        await first_token_window(each, model)
+                recorder = await asyncio.create_subprocess_exec(
+                    "perf", "sched", "record", "-a", "-k", "monotonic", "-o", str(data),
+                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+                )
+                await asyncio.sleep(1.0)
+                try:
+                    for index in range(rounds):
+                        for name in TARGETS[index % 3 :] + TARGETS[: index % 3]:
+                            each, model = targets[name]
+                            windows[name].append(await first_token_window(each, model))
+                finally:
+                    recorder.send_signal(signal.SIGINT)
+                    await recorder.wait()
+                for each, _ in targets.values():
+                    await each.close()
+                pids = {"client": os.getpid(), "upstream": upstream.pid, "relay": relay.pid, "gateway": gateway_pid}
+    return windows, pids
+
+
+def report(backend: str, windows: dict[str, list[tuple[float, float]]], pids: dict[str, int], data: Path) -> None:
+    script = subprocess.run(
+        ["perf", "script", "-i", str(data), "-F", "comm,pid,tid,cpu,time,event,trace"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    trace = parse(script.splitlines())
+    results: dict[str, list[Window]] = {}
+    for name in TARGETS:
+        roles = {pids["client"]: "client", pids["upstream"]: "upstream", **({pids[name]: "proxy"} if name in pids else {})}
+        results[name] = list(analyse(trace, roles, windows[name]))
+    print(f"{backend}: {len(windows['direct'])} rounds under perf sched record (medians per window, ms)")
+    print(f"  {'':<34}" + "".join(f"{name:>10}" for name in TARGETS) + f"{'relay-direct':>14}{'gateway-direct':>16}")
+
+    def row(label: str, value: dict[str, list[float]]) -> None:
+        medians = {name: statistics.median(value[name]) * 1000 for name in TARGETS}
+        paired = {
+            name: statistics.median(a - b for a, b in zip(value[name], value["direct"], strict=True)) * 1000
+            for name in ("relay", "gateway")
+        }
+        print(f"  {label:<34}" + "".join(f"{medians[name]:>10.3f}" for name in TARGETS) + f"{paired['relay']:>+14.3f}{paired['gateway']:>+16.3f}")
+
+    row("time to first token", {name: [end - start for start, end in windows[name]] for name in TARGETS})
+    for role in ROLES:
+        row(f"ran: {role}", {name: [w.ran[role] for w in results[name]] for name in TARGETS})
+    for kind in WAIT_KINDS:
+        row(f"waited: {kind}", {name: [w.waited[kind] for w in results[name]] for name in TARGETS})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.diag_sched")
+    parser.add_argument("--backend", choices=(*h.BACKENDS, h.UVLOOP), action="append", help="the proxies' backend (default: asyncio)")
+    parser.add_argument("--rounds", type=int, default=100)
+    args = parser.parse_args()
+    if shutil.which("perf") is None:
+        print("diag_sched needs perf (linux-tools)", file=sys.stderr)
+        return 1
+    if not Path("/sys/kernel/tracing/events").exists():
+        subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], check=False)
+    for backend in args.backend or ["asyncio"]:
+        data = h.scratch_dir() / f"sched-{backend}.data"
+        windows, pids = asyncio.run(measure(backend, args.rounds, data))
+        report(backend, windows, pids, data)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
