@@ -22,7 +22,10 @@ lets the baseline and the gateway run under identical conditions.
 * ``gateway``: the kernel with :class:`~tests.bench._provider.BenchProvider` and one
   transport, with the kernel's merging of waiting text deltas on or off.
 * ``upstream``: the fake OpenAI server (tests/fakes) in echo mode, in one burst or
-  paced at ``--words-per-s``.
+  paced at ``--words-per-s``, framed as api.openai.com frames a stream (a first chunk with
+  the role alone, sent with the headers; ``service_tier``, ``system_fingerprint`` and
+  ``usage`` on every chunk), so a client calling it directly parses what it would parse from
+  OpenAI.
 * ``cli``: the real ``gateway`` command line with the bench provider registered as
   ``bench`` (select it with ``[provider] default = "bench"``), optionally merging off.
 * ``pipe``: the stdio baseline, a bare pipe writer (see :func:`run_pipe`).
@@ -395,7 +398,7 @@ async def serve_otlp(args: argparse.Namespace) -> None:
 async def serve_upstream(args: argparse.Namespace) -> None:
     from tests.fakes.openai_server import echo, fake_openai_server
 
-    async with fake_openai_server([echo(args.words_per_s)]) as server:
+    async with fake_openai_server([echo(args.words_per_s, openai_framing=True)]) as server:
         ready(server.base_url)
         await until_stdin_closes()
 

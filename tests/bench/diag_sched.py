@@ -1,8 +1,8 @@
 """Diagnostic: what the CPUs did while a proxied first token was on its way.
 
-    python -m tests.bench.diag_sched [--backend asyncio|asyncio+uvloop|trio] [--rounds 100]
+    python -m tests.bench.diag_sched [--backend asyncio|asyncio+uvloop|trio] [--rounds 100] [--paced]
 
-Runs the fake upstream (one burst of 200 chunks), the bare relay and the gateway as in
+Runs the fake upstream (one burst of 200 chunks, or paced with ``--paced``), the bare relay and the gateway as in
 ``bench_openai_proxy``, and sends streamed requests to the three in a rotating order, recording
 each one's window from the client's call to its first content chunk. Meanwhile ``perf sched
 record`` traces every switch and wake-up of both CPUs on the same clock (``-k monotonic``), and
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from . import _harness as h
 from ._sched_trace import WAIT_KINDS, Window, analyse, parse
-from .bench_openai_proxy import PROMPT, client, gateway
+from .bench_openai_proxy import PACED_WORDS_PER_S, PROMPT, client, gateway
 
 TARGETS = ("direct", "relay", "gateway")
 ROLES = ("client", "proxy", "upstream", "other", "idle")
@@ -50,10 +50,11 @@ async def first_token_window(each: object, model: str) -> tuple[float, float]:
     return start, first
 
 
-async def measure(backend: str, rounds: int, data: Path) -> tuple[dict[str, list[tuple[float, float]]], dict[str, int]]:
+async def measure(backend: str, rounds: int, data: Path, paced: bool) -> tuple[dict[str, list[tuple[float, float]]], dict[str, int]]:
     """Each target's first-token windows, and the pid of each process (client, upstream, relay, gateway)."""
     windows: dict[str, list[tuple[float, float]]] = {name: [] for name in TARGETS}
-    async with h.child("upstream", "--backend", "asyncio") as upstream:
+    pace = ("--words-per-s", str(PACED_WORDS_PER_S)) if paced else ()
+    async with h.child("upstream", "--backend", "asyncio", *pace) as upstream:
         async with h.child("relay", *h.backend_args(backend), "--upstream", upstream.ready) as relay:
             async with gateway(backend, upstream.ready, "sched") as (url, gateway_pid):
                 targets = {
@@ -83,7 +84,7 @@ async def measure(backend: str, rounds: int, data: Path) -> tuple[dict[str, list
     return windows, pids
 
 
-def report(backend: str, windows: dict[str, list[tuple[float, float]]], pids: dict[str, int], data: Path) -> None:
+def report(title: str, windows: dict[str, list[tuple[float, float]]], pids: dict[str, int], data: Path) -> None:
     script = subprocess.run(
         ["perf", "script", "-i", str(data), "-F", "comm,pid,tid,cpu,time,event,trace"],
         capture_output=True, text=True, check=True,
@@ -93,7 +94,7 @@ def report(backend: str, windows: dict[str, list[tuple[float, float]]], pids: di
     for name in TARGETS:
         roles = {pids["client"]: "client", pids["upstream"]: "upstream", **({pids[name]: "proxy"} if name in pids else {})}
         results[name] = list(analyse(trace, roles, windows[name]))
-    print(f"{backend}: {len(windows['direct'])} rounds under perf sched record (medians per window, ms)")
+    print(f"{title}: {len(windows['direct'])} rounds under perf sched record (medians per window, ms)")
     print(f"  {'':<34}" + "".join(f"{name:>10}" for name in TARGETS) + f"{'relay-direct':>14}{'gateway-direct':>16}")
 
     def row(label: str, value: dict[str, list[float]]) -> None:
@@ -115,6 +116,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.diag_sched")
     parser.add_argument("--backend", choices=(*h.BACKENDS, h.UVLOOP), action="append", help="the proxies' backend (default: asyncio)")
     parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--paced", action="store_true", help="the upstream paces its chunks as the benchmark's paced rows do (default: one burst)")
     args = parser.parse_args()
     if shutil.which("perf") is None:
         print("diag_sched needs perf (linux-tools)", file=sys.stderr)
@@ -123,8 +125,8 @@ def main() -> int:
         subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], check=False)
     for backend in args.backend or ["asyncio"]:
         data = h.scratch_dir() / f"sched-{backend}.data"
-        windows, pids = asyncio.run(measure(backend, args.rounds, data))
-        report(backend, windows, pids, data)
+        windows, pids = asyncio.run(measure(backend, args.rounds, data, args.paced))
+        report(f"{backend}, {'paced' if args.paced else 'burst'}", windows, pids, data)
     return 0
 
 

@@ -39,6 +39,13 @@ consumes the next one; the last one repeats (so ``[Reply.echo()]`` echoes foreve
 * ``echo(words_per_s=None, repeat=1)`` (same as ``Reply.echo_reply(...)``): streams the
   last user message (``repeat`` times) back in word chunks, paced at ``words_per_s`` when
   given, for benchmarks and smoke tests.
+* ``openai_framing=True`` frames any of these as api.openai.com does: a stream opens with a
+  chunk that carries the role alone (``{"role": "assistant", "content": "", "refusal":
+  null}``), sent with the headers, before the schedule of the deltas; every chunk and a whole
+  answer carry ``service_tier``, ``system_fingerprint`` and ``usage`` (``null`` until the
+  usage chunk), a whole answer's message ``refusal`` and ``annotations``. The benchmarks'
+  upstream uses it, so that a client calling it directly parses what it would parse from
+  OpenAI (the role chunk alone costs the ``openai`` SDK a model build).
 * Like a real model, every reply honours what the request demands (``_as_a_model_would``):
   a forced ``tool_choice`` calls that function (``"required"``: the first tool) with a
   minimal instance of its parameters unless the script calls a tool anyway; ``"none"``
@@ -102,6 +109,10 @@ _STATUS_TYPES = {
 }
 
 
+#: The fields api.openai.com adds to every chunk and whole answer (``openai_framing``).
+OPENAI_FRAMING: dict[str, Any] = {"service_tier": "default", "system_fingerprint": "fp_fake0000"}
+
+
 @dataclass(frozen=True)
 class ToolCallScript:
     """One tool call the fake model makes; ``arguments`` is sent in ``pieces`` fragments."""
@@ -143,6 +154,8 @@ class Reply:
     # A body sent as given.
     raw_pieces: Sequence[bytes] | None = None
     content_type: str = "text/event-stream; charset=utf-8"
+    # api.openai.com's framing (see the module docstring).
+    openai_framing: bool = False
 
     # ------------------------------------------------------------ constructors
 
@@ -179,9 +192,9 @@ class Reply:
         return cls(raw_pieces=list(pieces), content_type=content_type, headers=dict(headers or {}))
 
     @classmethod
-    def echo_reply(cls, words_per_s: float | None = None, *, repeat: int = 1) -> Reply:
+    def echo_reply(cls, words_per_s: float | None = None, *, repeat: int = 1, openai_framing: bool = False) -> Reply:
         """Stream the last user message back in word chunks (``words_per_s`` paces it)."""
-        return cls(echo=True, words_per_s=words_per_s, repeat=repeat)
+        return cls(echo=True, words_per_s=words_per_s, repeat=repeat, openai_framing=openai_framing)
 
     @classmethod
     def prompted(cls) -> Reply:
@@ -192,8 +205,8 @@ class Reply:
 
 # ``Reply.echo`` is a field (bool); the constructor is exposed as ``Reply.echo_reply``
 # and, for convenience, as the module-level ``echo``.
-def echo(words_per_s: float | None = None, *, repeat: int = 1) -> Reply:
-    return Reply.echo_reply(words_per_s, repeat=repeat)
+def echo(words_per_s: float | None = None, *, repeat: int = 1, openai_framing: bool = False) -> Reply:
+    return Reply.echo_reply(words_per_s, repeat=repeat, openai_framing=openai_framing)
 
 
 @dataclass(frozen=True)
@@ -329,10 +342,8 @@ def _plan(reply: Reply, body: dict[str, Any]) -> _Plan:
         )
         for piece in split_even(call.arguments, call.pieces):
             deltas.append({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-    if deltas:
-        deltas[0] = {"role": "assistant", **deltas[0]}
-    else:
-        deltas.append({"role": "assistant", "content": ""})
+    if not reply.openai_framing:  # (with it, the role goes in a chunk of its own, sent with the headers)
+        deltas[:1] = [{"role": "assistant", **(deltas[0] if deltas else {"content": ""})}]
     finish = reply.finish_reason or ("tool_calls" if calls else "stop")
     if reply.usage is not None:
         prompt, completion = reply.usage
@@ -493,6 +504,8 @@ class FakeOpenAIServer:
         created = int(time.time())
         if not body.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": plan.text or None}
+            if reply.openai_framing:
+                message |= {"refusal": None, "annotations": []}
             if plan.reasoning:
                 message[reply.reasoning_field] = plan.reasoning
             if plan.tool_calls:
@@ -505,6 +518,8 @@ class FakeOpenAIServer:
                 "choices": [{"index": 0, "message": message, "finish_reason": plan.finish_reason, "logprobs": None}],
                 "usage": plan.usage,
             }
+            if reply.openai_framing:
+                completion |= OPENAI_FRAMING
             if reply.cut_after is None and reply.stall_after is None and reply.malformed_after is None:
                 progress["done"] = True
                 self.completed += 1
@@ -524,10 +539,14 @@ class FakeOpenAIServer:
                 "model": model,
                 "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
             }
-            if usage is not None:
+            if reply.openai_framing:
+                payload |= OPENAI_FRAMING | {"usage": usage}
+            elif usage is not None:
                 payload["usage"] = usage
             return b"data: " + _encode(payload) + b"\n\n"
 
+        if reply.openai_framing:
+            await send({"type": "http.response.body", "body": chunk({"role": "assistant", "content": "", "refusal": None}), "more_body": True})
         events = [chunk(d) for d in plan.deltas] + [chunk({}, plan.finish_reason)]
         paced = len(events)  # what follows the finish reason is not paced: a model's last step is its stop token
         if (body.get("stream_options") or {}).get("include_usage"):

@@ -183,6 +183,36 @@ async def test_echo_mode() -> None:
     assert len(server.requests) == 2
 
 
+@pytest.mark.anyio
+async def test_api_openai_coms_framing() -> None:
+    """api.openai.com opens a stream with a chunk carrying the role alone, and adds
+    ``service_tier``, ``system_fingerprint`` and ``usage: null`` to every chunk (the fake's
+    ``openai_framing``, which the benchmarks' upstream uses): the provider yields the same
+    answer from it, streamed or whole. The role chunk leaves with the headers, ahead of the
+    deltas' schedule: here the deltas are held (a stall before the first), the role is not."""
+    request = ProviderRequest(model="fake-model", messages=(Message(role="user", content="one two three"),))
+    held = Reply(echo=True, openai_framing=True, stall_s=60, stall_after=0)
+    async with fake_openai_server([echo(openai_framing=True)] * 3 + [held]) as server:
+        async with provider_for(server) as provider:
+            framed = await collect(provider, request)
+            whole = await collect(provider, msgspec.structs.replace(request, stream=False))
+        async with httpx.AsyncClient(base_url=server.base_url) as client:
+            body = {"model": "m", "messages": [{"role": "user", "content": "one two"}], "stream": True}
+            async with client.stream("POST", "/chat/completions", json={**body, "stream_options": {"include_usage": True}}) as response:
+                raw = [json.loads(line[6:]) async for line in response.aiter_lines() if line.startswith("data: {")]
+            async with client.stream("POST", "/chat/completions", json=body) as response:
+                with anyio.fail_after(5):
+                    first = await anext(line async for line in response.aiter_lines() if line.startswith("data: {"))
+    assert [c.text for c in framed if isinstance(c, TextChunk)] == ["one ", "two ", "three"]
+    assert framed[-2:] == [UsageChunk(Usage(input_tokens=3, output_tokens=3)), FinishChunk("stop")]
+    assert [c for c in whole if isinstance(c, TextChunk)] == [TextChunk("one two three")]
+    role = {"role": "assistant", "content": "", "refusal": None}
+    assert json.loads(first[6:])["choices"] == [{"index": 0, "delta": role, "finish_reason": None, "logprobs": None}]
+    assert [p["choices"][0]["delta"] for p in raw[:3]] == [role, {"content": "one "}, {"content": "two"}]
+    assert all(p["service_tier"] == "default" and p["system_fingerprint"] for p in raw)
+    assert [p["usage"] for p in raw[:-1]] == [None] * (len(raw) - 1) and raw[-1]["usage"]["total_tokens"] == 4
+
+
 def sse(*payloads: object, line_end: bytes = b"\n") -> bytes:
     """Server-sent events of these JSON payloads (bytes as they are), OpenAI style."""
     out = b""
