@@ -106,6 +106,7 @@ def analyse(trace: Trace, roles: dict[int, str], windows: Sequence[tuple[float, 
     processes count as ``other``, idle CPUs as ``idle``), and the watched processes' waits."""
     cpus = sorted({s.cpu for s in trace.slices})
     slices = sorted(trace.slices, key=lambda s: s.start)
+    switched_in = {(s.tid, s.start): s.cpu for s in slices}  # where each wait ended
     for start, end in windows:
         window = Window()
         inside = [s for s in slices if s.end > start and s.start < end]
@@ -117,7 +118,7 @@ def analyse(trace: Trace, roles: dict[int, str], windows: Sequence[tuple[float, 
             if roles.get(trace.process_of.get(tid, tid)) is None:
                 continue
             for a, b in overlap([(since, until)], start, end):
-                cpu = next((s.cpu for s in inside if s.tid == tid and s.start == until), None)
+                cpu = switched_in.get((tid, until))
                 own_idle = measure(overlap(idle.get(cpu, []), a, b)) if cpu is not None else 0.0
                 others_idle = [span for other in cpus if other != cpu for span in overlap(idle[other], a, b)]
                 queued_spans = [(a, b)] if cpu is None else _busy_spans(idle.get(cpu, []), a, b)
