@@ -124,6 +124,21 @@ def markdown(results: Sequence[Result]) -> str:
     return "\n".join(lines)
 
 
+def speed_probe_ms() -> float:
+    """A fixed piece of pure-Python work (a million loop rounds with a dict update each), best
+    of three, in milliseconds: how fast this machine runs the interpreter right now. On this
+    kind of VM it moved by 2-3x over one day with nothing else running (the host's load), and
+    every figure moves with it: a run's figures are read against its probe, and paired or
+    same-run ratios against each other."""
+    def work() -> float:
+        started = time.perf_counter()
+        counts: dict[int, int] = {}
+        for i in range(1_000_000):
+            counts[i & 255] = counts.get(i & 255, 0) + i
+        return (time.perf_counter() - started) * 1000
+    return round(min(work() for _ in range(3)), 1)
+
+
 def machine() -> dict[str, Any]:
     from importlib.metadata import version
 

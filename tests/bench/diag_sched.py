@@ -94,7 +94,7 @@ def report(title: str, windows: dict[str, list[tuple[float, float]]], pids: dict
     for name in TARGETS:
         roles = {pids["client"]: "client", pids["upstream"]: "upstream", **({pids[name]: "proxy"} if name in pids else {})}
         results[name] = list(analyse(trace, roles, windows[name]))
-    print(f"{title}: {len(windows['direct'])} rounds under perf sched record (medians per window, ms)")
+    print(f"{title}: {len(windows['direct'])} rounds under perf sched record (medians per window, ms; speed probe {h.speed_probe_ms():.0f} ms)")
     print(f"  {'':<34}" + "".join(f"{name:>10}" for name in TARGETS) + f"{'relay-direct':>14}{'gateway-direct':>16}")
 
     def row(label: str, value: dict[str, list[float]]) -> None:

@@ -87,19 +87,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     h.raise_nofile()
     load_before = os.getloadavg()
+    speed_before = h.speed_probe_ms()
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     started = time.perf_counter()
     results, failures = asyncio.run(run_all(args))
     duration = time.perf_counter() - started
     print(h.markdown(results) if args.markdown else h.table(results))
+    speed_after = h.speed_probe_ms()
     print(f"\n{len(results)} figures in {duration:.0f} s; targets met: "
-          f"{sum(r.met is True for r in results)}, not met: {sum(r.met is False for r in results)}")
+          f"{sum(r.met is True for r in results)}, not met: {sum(r.met is False for r in results)}; "
+          f"speed probe {speed_before:.0f} ms before, {speed_after:.0f} ms after (lower is faster)")
     out = Path(args.json) if args.json else Path(__file__).resolve().parent / ("results-quick.json" if args.quick else "results.json")
     report = {
         "command": "python -m tests.bench " + " ".join(sys.argv[1:] if argv is None else argv),
         "started": started_at,
         "duration_s": round(duration, 1),
-        "machine": h.machine() | {"loadavg_before": load_before, "loadavg_after": os.getloadavg()},
+        "machine": h.machine() | {
+            "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "speed_probe_ms_before": speed_before, "speed_probe_ms_after": speed_after,
+        },
         "results": [h.result_dict(r) for r in results],
         "failures": failures,
     }
