@@ -283,6 +283,28 @@ async def gateway(backend: str, upstream_url: str | None, name: str) -> AsyncIte
         yield ready.group(1) + "/v1", process.pid
 
 
+@contextlib.asynccontextmanager
+async def direct_relay_gateway(
+    backend: str, name: str, *upstream_args: str
+) -> AsyncIterator[tuple[dict[str, tuple[openai.AsyncOpenAI, str]], dict[str, int]]]:
+    """The fake upstream (``upstream_args``: its pacing), the bare relay and the gateway in front
+    of it, each its own process, as the diagnostics compare them: a client and model name per
+    target (``direct``, ``relay``, ``gateway``), closed at the end, and each process's pid."""
+    async with h.child("upstream", "--backend", "asyncio", *upstream_args) as upstream:
+        async with h.child("relay", *h.backend_args(backend), "--upstream", upstream.ready) as relay:
+            async with gateway(backend, upstream.ready, name) as (url, gateway_pid):
+                targets = {
+                    "direct": (client(upstream.ready), "fake-model"),
+                    "relay": (client(relay.ready), "fake-model"),
+                    "gateway": (client(url), "proxy"),
+                }
+                try:
+                    yield targets, {"upstream": upstream.pid, "relay": relay.pid, "gateway": gateway_pid}
+                finally:
+                    for each, _ in targets.values():
+                        await each.close()
+
+
 #: The clients let an idle connection go after 2 s, before the servers do (hypercorn after 5 s):
 #: with the SDK's default 5 s, a connection idle while another target's phase ran could be
 #: taken for a request just as its server closed it (a ReadError with no retry, seen once).

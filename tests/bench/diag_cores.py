@@ -29,7 +29,7 @@ import statistics
 import sys
 
 from . import _harness as h
-from .bench_openai_proxy import client, complete_once, gateway, stream_once
+from .bench_openai_proxy import complete_once, direct_relay_gateway, stream_once
 
 ARRANGEMENTS = ("shared", "own core")
 TARGETS = ("direct", "relay", "gateway")
@@ -47,31 +47,22 @@ def arrange(arrangement: str, upstream: int, proxies: tuple[int, ...]) -> None:
 
 
 async def measure(backend: str, arrangement: str, rounds: int) -> str:
-    async with h.child("upstream", "--backend", "asyncio") as upstream:
-        async with h.child("relay", *h.backend_args(backend), "--upstream", upstream.ready) as relay:
-            async with gateway(backend, upstream.ready, "cores") as (url, gateway_pid):
-                arrange(arrangement, upstream.pid, (relay.pid, gateway_pid))
-                try:
-                    targets = {
-                        "direct": (client(upstream.ready), "fake-model"),
-                        "relay": (client(relay.ready), "fake-model"),
-                        "gateway": (client(url), "proxy"),
-                    }
-                    for each, model in targets.values():  # warm-up: connections, first runs
-                        for _ in range(10):
-                            await stream_once(each, model)
-                            await complete_once(each, model)
-                    first: dict[str, list[float]] = {name: [] for name in TARGETS}
-                    whole: dict[str, list[float]] = {name: [] for name in TARGETS}
-                    for index in range(rounds):
-                        for name in TARGETS[index % 3 :] + TARGETS[: index % 3]:
-                            each, model = targets[name]
-                            first[name].append((await stream_once(each, model))[0])
-                            whole[name].append(await complete_once(each, model))
-                    for each, _ in targets.values():
-                        await each.close()
-                finally:
-                    arrange("shared", upstream.pid, (relay.pid, gateway_pid))
+    async with direct_relay_gateway(backend, "cores") as (targets, pids):
+        arrange(arrangement, pids["upstream"], (pids["relay"], pids["gateway"]))
+        try:
+            for each, model in targets.values():  # warm-up: connections, first runs
+                for _ in range(10):
+                    await stream_once(each, model)
+                    await complete_once(each, model)
+            first: dict[str, list[float]] = {name: [] for name in TARGETS}
+            whole: dict[str, list[float]] = {name: [] for name in TARGETS}
+            for index in range(rounds):
+                for name in TARGETS[index % 3 :] + TARGETS[: index % 3]:
+                    each, model = targets[name]
+                    first[name].append((await stream_once(each, model))[0])
+                    whole[name].append(await complete_once(each, model))
+        finally:
+            arrange("shared", pids["upstream"], (pids["relay"], pids["gateway"]))
     return f"{backend}, {arrangement:8}  " + "  |  ".join(
         f"{what}: direct {statistics.median(got['direct']):.2f} ms, relay {added(got, 'relay')}, gateway {added(got, 'gateway')}, "
         f"own share {statistics.median(g - r for g, r in zip(got['gateway'], got['relay'], strict=True)):+.2f} ms"

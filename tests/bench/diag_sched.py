@@ -30,19 +30,21 @@ import sys
 import time
 from pathlib import Path
 
+import openai
+
 from . import _harness as h
 from ._sched_trace import WAIT_KINDS, Window, analyse, parse
-from .bench_openai_proxy import PACED_WORDS_PER_S, PROMPT, client, gateway
+from .bench_openai_proxy import PACED_WORDS_PER_S, PROMPT, direct_relay_gateway
 
 TARGETS = ("direct", "relay", "gateway")
 ROLES = ("client", "proxy", "upstream", "other", "idle")
 
 
-async def first_token_window(each: object, model: str) -> tuple[float, float]:
+async def first_token_window(each: openai.AsyncOpenAI, model: str) -> tuple[float, float]:
     """(start, first content chunk) on ``time.perf_counter``'s clock; the stream read to its end."""
     start = time.perf_counter()
     first = 0.0
-    stream = await each.chat.completions.create(model=model, messages=[{"role": "user", "content": PROMPT}], stream=True)  # type: ignore[attr-defined]
+    stream = await each.chat.completions.create(model=model, messages=[{"role": "user", "content": PROMPT}], stream=True)
     async with stream:
         async for chunk in stream:
             if not first and chunk.choices and chunk.choices[0].delta.content:
@@ -54,34 +56,24 @@ async def measure(backend: str, rounds: int, data: Path, paced: bool) -> tuple[d
     """Each target's first-token windows, and the pid of each process (client, upstream, relay, gateway)."""
     windows: dict[str, list[tuple[float, float]]] = {name: [] for name in TARGETS}
     pace = ("--words-per-s", str(PACED_WORDS_PER_S)) if paced else ()
-    async with h.child("upstream", "--backend", "asyncio", *pace) as upstream:
-        async with h.child("relay", *h.backend_args(backend), "--upstream", upstream.ready) as relay:
-            async with gateway(backend, upstream.ready, "sched") as (url, gateway_pid):
-                targets = {
-                    "direct": (client(upstream.ready), "fake-model"),
-                    "relay": (client(relay.ready), "fake-model"),
-                    "gateway": (client(url), "proxy"),
-                }
-                for each, model in targets.values():  # warm-up: connections, first runs
-                    for _ in range(10):
-                        await first_token_window(each, model)
-                recorder = await asyncio.create_subprocess_exec(
-                    "perf", "sched", "record", "-a", "-k", "monotonic", "-o", str(data),
-                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-                )
-                await asyncio.sleep(1.0)
-                try:
-                    for index in range(rounds):
-                        for name in TARGETS[index % 3 :] + TARGETS[: index % 3]:
-                            each, model = targets[name]
-                            windows[name].append(await first_token_window(each, model))
-                finally:
-                    recorder.send_signal(signal.SIGINT)
-                    await recorder.wait()
-                for each, _ in targets.values():
-                    await each.close()
-                pids = {"client": os.getpid(), "upstream": upstream.pid, "relay": relay.pid, "gateway": gateway_pid}
-    return windows, pids
+    async with direct_relay_gateway(backend, "sched", *pace) as (targets, pids):
+        for each, model in targets.values():  # warm-up: connections, first runs
+            for _ in range(10):
+                await first_token_window(each, model)
+        recorder = await asyncio.create_subprocess_exec(
+            "perf", "sched", "record", "-a", "-k", "monotonic", "-o", str(data),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )
+        await asyncio.sleep(1.0)
+        try:
+            for index in range(rounds):
+                for name in TARGETS[index % 3 :] + TARGETS[: index % 3]:
+                    each, model = targets[name]
+                    windows[name].append(await first_token_window(each, model))
+        finally:
+            recorder.send_signal(signal.SIGINT)
+            await recorder.wait()
+    return windows, pids | {"client": os.getpid()}
 
 
 def report(title: str, windows: dict[str, list[tuple[float, float]]], pids: dict[str, int], data: Path) -> None:
