@@ -200,9 +200,13 @@ async def test_api_openai_coms_framing() -> None:
             body = {"model": "m", "messages": [{"role": "user", "content": "one two"}], "stream": True}
             async with client.stream("POST", "/chat/completions", json={**body, "stream_options": {"include_usage": True}}) as response:
                 raw = [json.loads(line[6:]) async for line in response.aiter_lines() if line.startswith("data: {")]
+            first = ""
             async with client.stream("POST", "/chat/completions", json=body) as response:
                 with anyio.fail_after(5):
-                    first = await anext(line async for line in response.aiter_lines() if line.startswith("data: {"))
+                    async for line in response.aiter_lines():
+                        if line.startswith("data: {"):
+                            first = line
+                            break
     assert [c.text for c in framed if isinstance(c, TextChunk)] == ["one ", "two ", "three"]
     assert framed[-2:] == [UsageChunk(Usage(input_tokens=3, output_tokens=3)), FinishChunk("stop")]
     assert [c for c in whole if isinstance(c, TextChunk)] == [TextChunk("one two three")]
