@@ -1,6 +1,6 @@
 """Diagnostic: what the CPUs did while a proxied first token was on its way.
 
-    python -m tests.bench.diag_sched [--backend asyncio|asyncio+uvloop|trio] [--rounds 100] [--paced]
+    python -m tests.bench.diag_sched [--backend asyncio|asyncio+uvloop|trio] [--rounds 100] [--paced] [--targets direct,relay,gateway]
 
 Runs the fake upstream (one burst of 200 chunks, or paced with ``--paced``), the bare relay and the gateway as in
 ``bench_openai_proxy``, and sends streamed requests to the three in a rotating order, recording
@@ -52,9 +52,11 @@ async def first_token_window(each: openai.AsyncOpenAI, model: str) -> tuple[floa
     return start, first
 
 
-async def measure(backend: str, rounds: int, data: Path, paced: bool) -> tuple[dict[str, list[tuple[float, float]]], dict[str, int]]:
-    """Each target's first-token windows, and the pid of each process (client, upstream, relay, gateway)."""
-    windows: dict[str, list[tuple[float, float]]] = {name: [] for name in TARGETS}
+async def measure(
+    backend: str, rounds: int, data: Path, paced: bool, chosen: tuple[str, ...]
+) -> tuple[dict[str, list[tuple[float, float]]], dict[str, int]]:
+    """Each chosen target's first-token windows, and the pid of each process (client, upstream, relay, gateway)."""
+    windows: dict[str, list[tuple[float, float]]] = {name: [] for name in chosen}
     pace = ("--words-per-s", str(PACED_WORDS_PER_S)) if paced else ()
     async with direct_relay_gateway(backend, "sched", *pace) as (targets, pids):
         for each, model in targets.values():  # warm-up: connections, first runs
@@ -67,7 +69,7 @@ async def measure(backend: str, rounds: int, data: Path, paced: bool) -> tuple[d
         await asyncio.sleep(1.0)
         try:
             for index in range(rounds):
-                for name in TARGETS[index % 3 :] + TARGETS[: index % 3]:
+                for name in chosen[index % len(chosen) :] + chosen[: index % len(chosen)]:
                     each, model = targets[name]
                     windows[name].append(await first_token_window(each, model))
         finally:
@@ -82,26 +84,27 @@ def report(title: str, windows: dict[str, list[tuple[float, float]]], pids: dict
         capture_output=True, text=True, check=True,
     ).stdout
     trace = parse(script.splitlines())
+    chosen = tuple(windows)
     results: dict[str, list[Window]] = {}
-    for name in TARGETS:
+    for name in chosen:
         roles = {pids["client"]: "client", pids["upstream"]: "upstream", **({pids[name]: "proxy"} if name in pids else {})}
         results[name] = list(analyse(trace, roles, windows[name]))
-    print(f"{title}: {len(windows['direct'])} rounds under perf sched record (medians per window, ms; speed probe {h.speed_probe_ms():.0f} ms)")
-    print(f"  {'':<34}" + "".join(f"{name:>10}" for name in TARGETS) + f"{'relay-direct':>14}{'gateway-direct':>16}")
+    proxies = [name for name in ("relay", "gateway") if name in chosen and "direct" in chosen]
+    print(f"{title}: {len(windows[chosen[0]])} rounds under perf sched record (medians per window, ms; speed probe {h.speed_probe_ms():.0f} ms)")
+    print(f"  {'':<34}" + "".join(f"{name:>10}" for name in chosen) + "".join(f"{name + '-direct':>16}" for name in proxies))
 
     def row(label: str, value: dict[str, list[float]]) -> None:
-        medians = {name: statistics.median(value[name]) * 1000 for name in TARGETS}
-        paired = {
-            name: statistics.median(a - b for a, b in zip(value[name], value["direct"], strict=True)) * 1000
-            for name in ("relay", "gateway")
-        }
-        print(f"  {label:<34}" + "".join(f"{medians[name]:>10.3f}" for name in TARGETS) + f"{paired['relay']:>+14.3f}{paired['gateway']:>+16.3f}")
+        medians = "".join(f"{statistics.median(value[name]) * 1000:>10.3f}" for name in chosen)
+        paired = "".join(
+            f"{statistics.median(a - b for a, b in zip(value[name], value['direct'], strict=True)) * 1000:>+16.3f}" for name in proxies
+        )
+        print(f"  {label:<34}{medians}{paired}")
 
-    row("time to first token", {name: [end - start for start, end in windows[name]] for name in TARGETS})
+    row("time to first token", {name: [end - start for start, end in windows[name]] for name in chosen})
     for role in ROLES:
-        row(f"ran: {role}", {name: [w.ran[role] for w in results[name]] for name in TARGETS})
+        row(f"ran: {role}", {name: [w.ran[role] for w in results[name]] for name in chosen})
     for kind in WAIT_KINDS:
-        row(f"waited: {kind}", {name: [w.waited[kind] for w in results[name]] for name in TARGETS})
+        row(f"waited: {kind}", {name: [w.waited[kind] for w in results[name]] for name in chosen})
 
 
 def main() -> int:
@@ -109,15 +112,22 @@ def main() -> int:
     parser.add_argument("--backend", choices=(*h.BACKENDS, h.UVLOOP), action="append", help="the proxies' backend (default: asyncio)")
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--paced", action="store_true", help="the upstream paces its chunks as the benchmark's paced rows do (default: one burst)")
+    parser.add_argument(
+        "--targets", default=",".join(TARGETS),
+        help="which of direct, relay, gateway to send to, in rotation (default: all three; B - direct only when direct is among them)",
+    )
     args = parser.parse_args()
     if shutil.which("perf") is None:
         print("diag_sched needs perf (linux-tools)", file=sys.stderr)
         return 1
     if not Path("/sys/kernel/tracing/events").exists():
         subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], check=False)
+    chosen = tuple(name for name in TARGETS if name in args.targets.split(","))
+    if not chosen:
+        parser.error(f"--targets: name one or more of {', '.join(TARGETS)}")
     for backend in args.backend or ["asyncio"]:
         data = h.scratch_dir() / f"sched-{backend}.data"
-        windows, pids = asyncio.run(measure(backend, args.rounds, data, args.paced))
+        windows, pids = asyncio.run(measure(backend, args.rounds, data, args.paced, chosen))
         report(f"{backend}, {'paced' if args.paced else 'burst'}", windows, pids, data)
     return 0
 
