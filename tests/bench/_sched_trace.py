@@ -117,15 +117,17 @@ def analyse(trace: Trace, roles: dict[int, str], windows: Sequence[tuple[float, 
         for tid, since, until in trace.waits:
             if roles.get(trace.process_of.get(tid, tid)) is None:
                 continue
-            for a, b in overlap([(since, until)], start, end):
-                cpu = switched_in.get((tid, until))
-                own_idle = measure(overlap(idle.get(cpu, []), a, b)) if cpu is not None else 0.0
-                others_idle = [span for other in cpus if other != cpu for span in overlap(idle[other], a, b)]
-                queued_spans = [(a, b)] if cpu is None else _busy_spans(idle.get(cpu, []), a, b)
-                placement = measure(intersect(queued_spans, others_idle))
-                window.waited["waking"] += own_idle
-                window.waited["queued, a core idle"] += placement
-                window.waited["queued, cores busy"] += (b - a) - own_idle - placement
+            a, b = max(since, start), min(until, end)  # the wait, clipped to the window
+            if b <= a:
+                continue
+            cpu = switched_in.get((tid, until))
+            own_idle = measure(overlap(idle.get(cpu, []), a, b)) if cpu is not None else 0.0
+            others_idle = [span for other in cpus if other != cpu for span in overlap(idle[other], a, b)]
+            queued_spans = [(a, b)] if cpu is None else _busy_spans(idle.get(cpu, []), a, b)
+            placement = measure(intersect(queued_spans, others_idle))
+            window.waited["waking"] += own_idle
+            window.waited["queued, a core idle"] += placement
+            window.waited["queued, cores busy"] += (b - a) - own_idle - placement
         yield window
 
 
