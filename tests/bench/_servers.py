@@ -398,9 +398,13 @@ async def serve_otlp(args: argparse.Namespace) -> None:
 async def serve_upstream(args: argparse.Namespace) -> None:
     from tests.fakes.openai_server import echo, fake_openai_server
 
+    stamps = open(args.arrivals, "a", buffering=1) if args.arrivals else contextlib.nullcontext()  # a line each, as it comes
     async with fake_openai_server([echo(args.words_per_s, openai_framing=True)]) as server:
-        ready(server.base_url)
-        await until_stdin_closes()
+        with stamps:
+            if args.arrivals:
+                server.on_request = lambda at: print(repr(at), file=stamps)
+            ready(server.base_url)
+            await until_stdin_closes()
 
 
 def run_cli(args: argparse.Namespace) -> int:
@@ -455,6 +459,7 @@ def main() -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="transport config override")
     parser.add_argument("--upstream", help="for relay: the upstream's base URL")
     parser.add_argument("--words-per-s", type=float, default=None, help="for upstream: pace the echo (default: one burst)")
+    parser.add_argument("--arrivals", help="for upstream: append the time each request reaches it (perf_counter) to this file")
     parser.add_argument("--telemetry", choices=("off", "metrics", "tracing"), default="off", help="for gateway: the observers (tracing: OTEL_* variables)")
     argv = sys.argv[1:]
     rest = argv[argv.index("--") + 1 :] if "--" in argv else []

@@ -10,7 +10,10 @@ written at once, the answer read as it arrives, nothing parsed but a search for 
 chunk. Per target it prints the medians of the time to the first bytes and to the first content
 chunk, how the answer arrived up to that chunk (the reads, and what each held: the head, the role
 chunk, content), and the gateway's share above the relay as the median of paired differences.
-``--sdk`` also times the ``openai`` SDK in the same rounds, for the contrast.
+``--sdk`` also times the ``openai`` SDK in the same rounds, for the contrast. ``--split``: the
+upstream notes when each request reaches it (``time.perf_counter``, one clock for every process),
+which splits each time to the first bytes into the way to the upstream and the way back from it
+(the upstream's own work included, the same for every target).
 
 What it shows: how much of the gateway's share above the relay is its own work (the raw client's
 figure; compare ``diag_cold``'s in-process path) and how much comes with a client that works on
@@ -43,6 +46,7 @@ class Arrivals:
     """One target's requests: the first bytes, the first content chunk, the reads up to it."""
 
     first_bytes_ms: list[float] = field(default_factory=list)
+    to_upstream_ms: list[float] = field(default_factory=list)
     first_token_ms: list[float] = field(default_factory=list)
     sdk_ms: list[float] = field(default_factory=list)
     patterns: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -61,9 +65,10 @@ class RawClient:
         ).encode() + body
         self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
 
-    async def once(self) -> tuple[float, float, str]:
-        """Milliseconds to the first bytes and to the first content chunk, and how the answer
-        came up to it (each read's contents, ``+`` within a read, ``|`` between reads)."""
+    async def once(self) -> tuple[float, float, float, str]:
+        """When the request was written (``time.perf_counter``), the milliseconds to the first
+        bytes and to the first content chunk, and how the answer came up to it (each read's
+        contents, ``+`` within a read, ``|`` between reads)."""
         if self.streams is None:
             self.streams = await asyncio.open_connection(self.host, self.port)
         reader, writer = self.streams
@@ -88,7 +93,7 @@ class RawClient:
             if not data:
                 raise RuntimeError("the server closed the connection")
             seen += data
-        return first_bytes, first_token, " | ".join(reads)
+        return started, first_bytes, first_token, " | ".join(reads)
 
     def close(self) -> None:
         if self.streams is not None:
@@ -99,9 +104,11 @@ def has_content(data: bytes) -> bool:
     return b'"content":"' in data.replace(b'"content":""', b"")
 
 
-async def measure(backend: str, rounds: int, sdk: bool) -> dict[str, Arrivals]:
+async def measure(backend: str, rounds: int, sdk: bool, split: bool) -> dict[str, Arrivals]:
     got = {name: Arrivals() for name in TARGETS}
-    async with direct_relay_gateway(backend, "arrivals") as (targets, _):
+    stamps = h.scratch_dir() / f"arrivals-{backend}.txt"
+    stamps.write_text("")
+    async with direct_relay_gateway(backend, "arrivals", *(("--arrivals", str(stamps)) if split else ())) as (targets, _):
         raw = {name: RawClient(str(client.base_url), model) for name, (client, model) in targets.items()}
         try:
             for name in TARGETS:  # warm-up: connections, first runs
@@ -111,7 +118,10 @@ async def measure(backend: str, rounds: int, sdk: bool) -> dict[str, Arrivals]:
                         await stream_once(*targets[name])
             for index in range(rounds):
                 for name in TARGETS[index % 3 :] + TARGETS[: index % 3]:
-                    first_bytes, first_token, pattern = await raw[name].once()
+                    started, first_bytes, first_token, pattern = await raw[name].once()
+                    if split:
+                        arrived = float(stamps.read_text().split()[-1])  # this request's: they come one at a time
+                        got[name].to_upstream_ms.append((arrived - started) * 1000)
                     got[name].first_bytes_ms.append(first_bytes)
                     got[name].first_token_ms.append(first_token)
                     got[name].patterns[pattern] += 1
@@ -131,6 +141,9 @@ def report(backend: str, got: dict[str, Arrivals]) -> str:
         token = statistics.median(each.first_token_ms)
         added = f" ({token - direct:+.2f} ms on direct)" if name != "direct" else ""
         lines.append(f"  {name:8} first bytes {statistics.median(each.first_bytes_ms):.2f} ms, first token {token:.2f} ms{added}")
+        if each.to_upstream_ms:
+            back = statistics.median(b - t for b, t in zip(each.first_bytes_ms, each.to_upstream_ms, strict=True))
+            lines.append(f"           to the upstream {statistics.median(each.to_upstream_ms):.2f} ms, from its arrival to the first bytes {back:.2f} ms")
         lines.extend(f"           {count:4}x  {pattern}" for pattern, count in each.patterns.most_common(3))
     share = statistics.median(g - r for g, r in zip(got["gateway"].first_token_ms, got["relay"].first_token_ms, strict=True))
     lines.append(f"  the gateway's share above the relay (paired): {share:+.2f} ms")
@@ -149,10 +162,11 @@ def main() -> int:
     parser.add_argument("--backend", choices=(*h.BACKENDS, h.UVLOOP), action="append", help="the proxies' backend (default: all three)")
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--sdk", action="store_true", help="also time the openai SDK in the same rounds")
+    parser.add_argument("--split", action="store_true", help="split the time to the first bytes at the request's arrival upstream")
     args = parser.parse_args()
     print(f"speed probe {h.speed_probe_ms()} ms (lower is faster)", flush=True)
     for backend in args.backend or ["asyncio", h.UVLOOP, "trio"]:
-        print(report(backend, asyncio.run(measure(backend, args.rounds, args.sdk))), flush=True)
+        print(report(backend, asyncio.run(measure(backend, args.rounds, args.sdk, args.split))), flush=True)
     return 0
 
 
