@@ -240,17 +240,14 @@ async def watching(request: Request) -> AsyncIterator[ClientWatch]:
 
 @asynccontextmanager
 async def _watched(request: Request, watch: ClientWatch | None) -> AsyncIterator[tuple[ClientWatch, anyio.CancelScope]]:
-    """The stream's watch of its client (the answer's, or one of its own in a task) and the
-    scope its block runs in (cancelled when the client goes or the server stops)."""
-    if watch is not None:
-        with anyio.CancelScope() as scope:
-            yield watch, scope
+    """The stream's watch of its client (the answer's, or one of its own for the block) and the
+    scope the block runs in (cancelled when the client goes or the server stops)."""
+    if watch is None:
+        async with watching(request) as own, _watched(request, own) as watched:
+            yield watched
         return
-    async with anyio.create_task_group() as tasks:
-        own = ClientWatch(request)
-        tasks.start_soon(own.run)
-        yield own, tasks.cancel_scope
-        tasks.cancel_scope.cancel()
+    with anyio.CancelScope() as scope:
+        yield watch, scope
 
 
 @asynccontextmanager
