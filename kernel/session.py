@@ -240,7 +240,10 @@ class Session:
             # Accepted before the interrupt arrived: it still ends, once, as interrupted.
             run.interrupt(job.interrupt_cause if job.interrupted else self.closing_cause)
         self.machine.move("start_run")
-        self._first_delta = True
+        # A run whose answer is asked for whole (``options.stream`` false: a non-stream request)
+        # has no first token to hurry out: its reader waits for the run's end, and handing the
+        # first delta over cost it a scheduling round more before that end.
+        self._first_delta = job.options.stream
         current = CURRENT_RUN.set(run.facts)  # log lines of the run say which run they are about
         try:
             await execute_run(self, run)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from kernel import KernelError, Tool, ToolFailure
@@ -51,6 +52,26 @@ async def test_plain_turn_streams_and_finishes() -> None:
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
         history = await kernel.execute(m.GetHistory(session_id="s"))
         assert [(x.role, x.content) for x in history.messages] == [("user", "hi"), ("assistant", "Hello")]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_streamed_runs_first_delta_is_handed_over_and_a_whole_answers_is_not(stream: bool) -> None:
+    """Streamed, the run waits after its first delta until its waiting reader took it (the first
+    token goes out before the rest is parsed); asked for whole (a non-stream request), it goes on
+    at once and the reader takes the answer in one piece, without a round more before the end."""
+    async with running_kernel(ScriptedProvider([text_turn("Hel", "lo")])) as kernel:
+        sub = (await kernel.session("s")).hub.subscribe()
+        got: list[m.Event] = []
+
+        async def read() -> None:
+            got.extend(await run_events(sub))
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(read)
+            await anyio.lowlevel.checkpoint()  # the reader waits for the session's first event
+            await prompt(kernel, "s", "hi", options=m.PromptOptions(stream=stream))
+        assert [e.text for e in got if isinstance(e, m.TextDelta)] == (["Hel", "lo"] if stream else ["Hello"])
+        assert isinstance(got[-1], m.RunFinished) and got[-1].text == "Hello"
 
 
 async def test_tool_call_fragments_are_assembled_and_result_fed_back() -> None:
