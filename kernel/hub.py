@@ -15,7 +15,7 @@ that stopped reading holds the run up for at most its grace, and can subscribe a
 with ``after_seq`` to resume while the events are retained. Memory per subscriber is
 bounded by its buffer; the retained log is bounded in events and in bytes.
 
-A run's first token is handed over (:meth:`EventHub.hand_over`): before the run parses its
+A streamed run's first token is handed over (:meth:`EventHub.hand_over`): before the run parses its
 next chunk, the readers it woke (with that event, or with an earlier one they have not taken
 yet) take it and come back for more, their first write out. A writer whose socket write
 yields to the scheduler (every write on trio) otherwise writes its first frame only after

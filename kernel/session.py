@@ -170,7 +170,7 @@ class Session:
     async def emit(self, event: Event) -> Event:
         """Publish an event; while a subscriber is behind, wait for it (within its grace).
 
-        The first delta of a run is handed over to the readers it (or an event just before
+        The first delta of a streamed run is handed over to the readers it (or an event just before
         it) woke (:meth:`~kernel.hub.EventHub.hand_over`): the run goes on — parses the
         provider's next chunk — once they have written it, so the first token is never held back
         behind a burst; after it, deltas pile up in busy readers' buffers and merge, which
