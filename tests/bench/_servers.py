@@ -398,10 +398,9 @@ async def serve_otlp(args: argparse.Namespace) -> None:
 async def serve_upstream(args: argparse.Namespace) -> None:
     from tests.fakes.openai_server import echo, fake_openai_server
 
-    stamps = open(args.arrivals, "a", buffering=1) if args.arrivals else contextlib.nullcontext()  # a line each, as it comes
-    async with fake_openai_server([echo(args.words_per_s, openai_framing=True)]) as server:
-        with stamps:
-            if args.arrivals:
+    with open(args.arrivals, "a", buffering=1) if args.arrivals else contextlib.nullcontext() as stamps:  # a line each, as it comes
+        async with fake_openai_server([echo(args.words_per_s, openai_framing=True)]) as server:
+            if stamps is not None:
                 server.on_request = lambda at: print(repr(at), file=stamps)
             ready(server.base_url)
             await until_stdin_closes()
