@@ -85,6 +85,11 @@ class SSEStream:
         # The response's end went out (with the last bytes): nothing is sent after it.
         self._ended = False
         self._last_write = anyio.current_time()
+        # When the write under way began (None: none is); the client watch looks at it.
+        self._writing_since: float | None = None
+        # The client watch ends a write the client does not take (:meth:`_look`): the
+        # stream's block writes without a deadline of its own.
+        self._watched = False
         self._scope: anyio.CancelScope | None = None
         self._disconnected = anyio.Event()
         #: An event the client does not take within this many seconds means it stopped
@@ -102,29 +107,44 @@ class SSEStream:
     async def wait_closed(self) -> None:
         await self._disconnected.wait()
 
-    async def _write(self, chunk: bytes, last: bool = False) -> bool:
+    async def _write(self, chunk: bytes, last: bool = False, *, own_deadline: bool = False) -> bool:
+        """Send ``chunk``; False once the client is gone or did not take it in time.
+
+        A write the client watch looks after (from the stream's block, once the watch is set
+        up) has no deadline of its own: the watch ends it when it outlives the send timeout
+        (:meth:`_look`). A cancel scope with a deadline per write cost 5-7 µs on asyncio and
+        trio, on the path of every token. The watch's own writes (keep-alives), and those
+        before it is set up, bound themselves (``own_deadline``)."""
         if self._closed:
             return False
         limit = self.send_timeout_s
         async with self._lock:
             if self._closed:
                 return False
-            started = anyio.current_time()
+            message = {"type": "http.response.body", "body": chunk, "more_body": not last}
+            started = self._writing_since = anyio.current_time()
+            cut = False
             try:
-                with anyio.move_on_after(math.inf if limit is None else limit) as sending:
-                    await self._send({"type": "http.response.body", "body": chunk, "more_body": not last})
+                if limit is not None and (own_deadline or not self._watched):
+                    with anyio.move_on_after(limit) as sending:
+                        await self._send(message)
+                    cut = sending.cancelled_caught
+                else:
+                    await self._send(message)
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._mark_closed()
                 return False
+            finally:
+                self._writing_since = None
             if last:  # a send cut by its deadline did not end the response: the stream's close does
-                self._ended = not sending.cancelled_caught
+                self._ended = not cut
                 self._mark_closed()
+            written = anyio.current_time()
             # Measured, not only cancelled: hypercorn's trio worker shields socket writes.
-            if limit is not None and anyio.current_time() - started >= limit:
-                log.warning("SSE client %s did not take an event for %gs; ending the stream", self._request.client_host, limit)
-                await self.shutdown()
+            if limit is not None and written - started >= limit:
+                await self._let_go(limit)
                 return False
-            self._last_write = anyio.current_time()
+            self._last_write = written
         return True
 
     async def send_raw(self, events: bytes, *, last: bool = False) -> bool:
@@ -162,17 +182,37 @@ class SSEStream:
         if self._scope is not None:
             self._scope.cancel()
 
-    def _keepalive_due(self) -> float:
-        return self._last_write + self.keepalive_interval_s
+    async def _let_go(self, limit: float) -> None:
+        """The client did not take an event within the send timeout: it stopped reading."""
+        log.warning("SSE client %s did not take an event for %gs; ending the stream", self._request.client_host, limit)
+        await self.shutdown()
 
-    async def _keepalive(self) -> bool:
-        """A keep-alive when nothing was written for the interval (the client watch calls this
-        when :meth:`_keepalive_due` passes); False once the stream is over."""
+    def _next_look(self) -> float:
+        """When the client watch is to look at the stream next (anyio's clock): when the write
+        under way outlives the send timeout, or a keep-alive falls due; while nothing is being
+        written, within one send timeout too, so a write that starts meanwhile is seen in time."""
+        limit = self.send_timeout_s
+        if limit is not None and self._writing_since is not None:
+            return self._writing_since + limit
+        due = self._last_write + self.keepalive_interval_s if self.keepalive_interval_s > 0 else math.inf
+        return min(due, anyio.current_time() + limit) if limit is not None else due
+
+    async def _look(self) -> bool:
+        """The client watch's look (:meth:`_next_look` came): a write the client did not take
+        within the send timeout ends the stream; a stream quiet for the keep-alive interval
+        gets a keep-alive. False once the stream is over."""
         if self._closed:
             return False
-        if anyio.current_time() < self._keepalive_due():
+        now = anyio.current_time()
+        limit = self.send_timeout_s
+        if self._writing_since is not None:
+            if limit is not None and now - self._writing_since >= limit:
+                await self._let_go(limit)
+                return False
             return True
-        return await (self._write(self.keepalive_frame) if self.keepalive_frame else self.comment("keep-alive"))
+        if self.keepalive_interval_s <= 0 or now < self._last_write + self.keepalive_interval_s:
+            return True
+        return await self._write(self.keepalive_frame or format_comment("keep-alive"), own_deadline=True)
 
     def _client_gone(self, cancel: bool) -> None:
         self._mark_closed()
@@ -187,10 +227,11 @@ class ClientWatch:
     (:meth:`on_gone`). One watch per answer, not one per wait: starting a watch and cancelling
     it costs about 40 µs on asyncio, on a first token's path.
 
-    The same task keeps a stream alive (:meth:`every`): its wait for the client ends at the
-    stream's next keep-alive too. A keep-alive task of its own cost a streamed answer a task
-    start, a task group and a cancellation, 7 µs of them between its first token and the
-    token's write (in process, asyncio)."""
+    The same task looks after a stream (:meth:`every`): its wait for the client ends when the
+    stream's next keep-alive falls due, or when a write under way outlives the send timeout
+    (the client stopped reading: the stream ends). A keep-alive task of its own cost a streamed
+    answer a task start, a task group and a cancellation, 7 µs of them between its first token
+    and the token's write (in process, asyncio); a deadline on every write, 5-7 µs a write."""
 
     def __init__(self, request: Request) -> None:
         self.request = request
@@ -300,11 +341,13 @@ async def open_sse(
         async with _watched(request, watch) as (client, scope):
             stream._scope = scope
             client.on_gone(partial(stream._client_gone, cancel_on_disconnect))
-            if keepalive_interval_s > 0:
-                client.every(stream._keepalive_due, stream._keepalive)
+            if keepalive_interval_s > 0 or send_timeout_s is not None:
+                client.every(stream._next_look, stream._look)
+                stream._watched = True
             try:
                 yield stream
             finally:
+                stream._watched = False
                 client.every(None)
                 client.on_gone(None)
     finally:

@@ -1,6 +1,8 @@
 """The client watch keeps a stream alive from its own task (``ClientWatch.every``): keep-alives
 come while the client is quiet, its going is still seen, and nothing it sends is lost to a
-keep-alive's turn. In process, with an ASGI receive fed by hand, on asyncio and trio."""
+keep-alive's turn. It also ends a write the client does not take within the send timeout:
+the stream's own writes have no deadline of their own. In process, with an ASGI receive fed
+by hand, on asyncio and trio."""
 
 from __future__ import annotations
 
@@ -21,10 +23,14 @@ class Client:
     def __init__(self) -> None:
         self.to_app, self._from_test = anyio.create_memory_object_stream[dict[str, Any]](10)
         self.sent: list[dict[str, Any]] = []
+        #: The client stopped reading: a send never completes.
+        self.stalled = False
         self.request = Request({"type": "http", "path": "/", "headers": [], "client": ("127.0.0.1", 1)}, self._from_test.receive, self._send)
         self.request.body_consumed = True
 
     async def _send(self, message: dict[str, Any]) -> None:
+        if self.stalled:
+            await anyio.sleep_forever()
         self.sent.append(message)
 
     def bodies(self) -> list[bytes]:
@@ -127,3 +133,38 @@ async def test_a_quiet_stream_on_the_answers_watch_gets_keep_alives_and_none_aft
     assert bodies[0] == b"data: first\n\n" and bodies[-1] == b"data: last\n\n"
     assert set(bodies[1:-1]) == {b": keep-alive\n\n"}
     assert client.sent[-1]["more_body"] is False
+
+
+async def test_a_write_the_client_does_not_take_is_ended_by_the_watch() -> None:
+    """The block's write has no deadline of its own: the watch ends it, and the block with it,
+    when it outlives the send timeout. The watch looks within one send timeout while the stream
+    is quiet, so a write that starts long before the next keep-alive is still ended in time."""
+    client = Client()
+    after_the_write = False
+    with anyio.fail_after(5):
+        async with watching(client.request) as watch:
+            async with open_sse(client.request, keepalive_interval_s=3600, send_timeout_s=0.05, watch=watch) as stream:
+                assert await stream.send_raw(b"data: taken\n\n")
+                await anyio.sleep(0.12)  # the watch has looked (and found nothing to do) since
+                client.stalled = True
+                await stream.send_raw(b"data: never taken\n\n")
+                after_the_write = True
+    assert not after_the_write  # cancelled in the write, not timed out by a deadline of its own
+    assert stream.closed and client.bodies() == [b"data: taken\n\n"]
+
+
+async def test_a_keep_alive_the_client_does_not_take_ends_the_stream_and_frees_the_watch() -> None:
+    """The watch's own write (a keep-alive) bounds itself: a client that stops reading while the
+    stream is quiet is let go after the send timeout, and its going is still seen after that."""
+    client = Client()
+    with anyio.fail_after(5):
+        async with watching(client.request) as watch:
+            async with open_sse(client.request, keepalive_interval_s=0.02, send_timeout_s=0.05, watch=watch) as stream:
+                client.stalled = True
+                await stream.wait_closed()
+                await anyio.sleep_forever()  # cancelled: the stream ended
+            gone = anyio.Event()
+            watch.on_gone(gone.set)
+            await client.to_app.send({"type": "http.disconnect"})
+            await gone.wait()
+    assert stream.closed and client.bodies() == []
