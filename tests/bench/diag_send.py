@@ -8,10 +8,11 @@ every frame before hypercorn's own work. It also measures what one ``send()`` on
 is busy (writes back to back) and when it sleeps between writes (the write must wake
 it): the second is what a server streaming deltas as they come pays per frame.
 
-Variants: as shipped; with
-``anyio.Lock(fast_acquire=True)`` (anyio's default lock yields to the event loop on
-every acquire, i.e. once per frame); with a send timeout set (``send_timeout_s``, as
-openfang and agent-cli do: one cancel scope with a deadline per frame).
+Variants: without a send timeout; with one (``send_timeout_s``, as openfang and agent-cli
+set it) and the watch of sends running beside the handler, as the router runs it (no deadline
+per frame); with one and no watch (a cancel scope with a deadline per frame, as every frame
+had before the watch). The building blocks: anyio's default lock (a scheduling round per
+acquire) against ``fast_acquire`` (what the wrapper uses), the clock, a cancel scope.
 """
 
 from __future__ import annotations
@@ -34,14 +35,12 @@ async def _receive() -> dict[str, Any]:
     raise AssertionError
 
 
-def _socket(*, fast_lock: bool, timeout_s: float | None) -> Any:
+def _socket(*, timeout_s: float | None) -> Any:
     from transports.shared import WebSocket
 
     ws = WebSocket({"type": "websocket", "path": "/", "headers": [], "client": ("127.0.0.1", 1)}, _receive, _noop_send)
     ws._state = "connected"  # as after accept(), without a handshake
     ws.send_timeout_s = timeout_s
-    if fast_lock:
-        ws._send_lock = anyio.Lock(fast_acquire=True)
     return ws
 
 
@@ -52,12 +51,18 @@ async def per_frame_us(case: str) -> float:
             started = time.perf_counter()
             for _ in range(FRAMES):
                 await _noop_send({"type": "websocket.send", "text": "x"})
-        else:
-            ws = _socket(fast_lock="fast" in case, timeout_s=10.0 if "timeout" in case else None)
+            best = min(best, (time.perf_counter() - started) / FRAMES * 1e6)
+            continue
+        ws = _socket(timeout_s=10.0 if "timeout" in case else None)
+        async with anyio.create_task_group() as tasks:
+            if "watched" in case:
+                tasks.start_soon(ws.watch_sends, tasks.cancel_scope)
+                await anyio.sleep(0.001)  # the watch is running
             started = time.perf_counter()
             for _ in range(FRAMES):
                 await ws.send_text("x")
-        best = min(best, (time.perf_counter() - started) / FRAMES * 1e6)
+            best = min(best, (time.perf_counter() - started) / FRAMES * 1e6)
+            tasks.cancel_scope.cancel()
     return best
 
 
@@ -100,7 +105,7 @@ async def building_blocks() -> dict[str, float]:
     return out
 
 
-CASES = ("bare send", "send_text", "send_text + timeout", "send_text, fast lock", "send_text + timeout, fast lock")
+CASES = ("bare send", "send_text", "send_text + timeout, watched", "send_text + timeout, no watch")
 
 
 async def main_async() -> dict[str, float]:

@@ -26,6 +26,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import anyio
+
 from ._config import HttpServerConfig, ServerConfig, resolve_token
 from ._http import (
     ASGIReceive,
@@ -328,8 +330,10 @@ class Router:
                     require_auth=route.auth, path_params=match.groupdict(), error_body=self.error_body,
                 )
                 try:
-                    async with ws:
+                    async with ws, anyio.create_task_group() as handling:
+                        handling.start_soon(ws.watch_sends, handling.cancel_scope)
                         await route.handler(ws)
+                        handling.cancel_scope.cancel()
                 except Exception:
                     log.exception("unhandled error in WebSocket %s", scope["path"])
                 return
