@@ -1,4 +1,4 @@
-"""Diagnostic (not part of the suite): the shared WebSocket wrapper's cost per frame.
+"""Diagnostic (not part of the suite): the shared WebSocket and SSE writers' cost per send.
 
     python -m tests.bench.diag_send
 
@@ -11,7 +11,8 @@ it): the second is what a server streaming deltas as they come pays per frame.
 Variants: without a send timeout; with one (``send_timeout_s``, as openfang and agent-cli
 set it) and the watch of sends running beside the handler, as the router runs it (no deadline
 per frame); with one and no watch (a cancel scope with a deadline per frame, as every frame
-had before the watch). The building blocks: anyio's default lock (a scheduling round per
+had before the watch). The same for ``SSEStream.send_raw``: in an ``open_sse`` block, where
+the client watch looks after the writes, and a stream with no watch (a deadline per write). The building blocks: anyio's default lock (a scheduling round per
 acquire) against ``fast_acquire`` (what the wrapper uses), the clock, a cancel scope.
 """
 
@@ -105,11 +106,38 @@ async def building_blocks() -> dict[str, float]:
     return out
 
 
+async def sse_per_write_us(case: str) -> float:
+    from transports.shared import Request, SSEStream, open_sse, watching
+
+    best = float("inf")
+    for _ in range(5):
+        request = Request({"type": "http", "path": "/", "headers": [], "client": ("127.0.0.1", 1)}, _receive, _noop_send)
+        request.body_consumed = True
+        async with watching(request) as watch:
+            if "no watch" in case:
+                stream = SSEStream(request, 15.0)
+                stream.send_timeout_s = 10.0
+                started = time.perf_counter()
+                for _ in range(FRAMES):
+                    await stream.send_raw(b"data: x\n\n")
+            else:
+                timeout_s = 10.0 if "timeout" in case else None
+                async with open_sse(request, keepalive_interval_s=15.0, send_timeout_s=timeout_s, watch=watch) as stream:
+                    started = time.perf_counter()
+                    for _ in range(FRAMES):
+                        await stream.send_raw(b"data: x\n\n")
+            best = min(best, (time.perf_counter() - started) / FRAMES * 1e6)
+    return best
+
+
 CASES = ("bare send", "send_text", "send_text + timeout, watched", "send_text + timeout, no watch")
+SSE_CASES = ("SSE send_raw", "SSE send_raw + timeout, watched", "SSE send_raw + timeout, no watch")
 
 
 async def main_async() -> dict[str, float]:
-    return {case: await per_frame_us(case) for case in CASES} | await building_blocks()
+    frames = {case: await per_frame_us(case) for case in CASES}
+    writes = {case: await sse_per_write_us(case) for case in SSE_CASES}
+    return frames | writes | await building_blocks()
 
 
 def loopback_send_us(frames: int = 5000, gap_us: float = 100.0) -> dict[str, float]:
