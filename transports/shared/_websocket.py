@@ -181,8 +181,8 @@ class WebSocket:
         self._sends_watched = False
         # The watch's wait for its next look, moved when the send timeout is set.
         self._looking: anyio.CancelScope | None = None
-        # A send outlived the send timeout: the connection closes with 1008.
-        self._stalled = False
+        # Why a send that outlived the send timeout closes the connection (1008), once one did.
+        self._stalled: str | None = None
 
     @property
     def send_timeout_s(self) -> float | None:
@@ -397,11 +397,15 @@ class WebSocket:
             stalled = limit is not None and now - started >= limit
         if stalled:
             assert limit is not None
-            log.warning("websocket from %s did not take a message for %gs; closing it", self.client_host, limit)
-            await self.close(CLOSE_POLICY_VIOLATION, _too_slow(limit))
+            await self.close(CLOSE_POLICY_VIOLATION, self._too_slow(limit))
             return False
         self._last_activity = now
         return True
+
+    def _too_slow(self, limit: float) -> str:
+        """A send outlived ``limit``: logged; the reason the socket is closed with."""
+        log.warning("websocket from %s did not take a message for %gs; closing it", self.client_host, limit)
+        return f"client too slow: a message was not read within {limit:g}s"
 
     def _next_look(self) -> float:
         """When the watch of sends looks next (anyio's clock): when the send under way outlives
@@ -426,8 +430,7 @@ class WebSocket:
                 self._looking = None
                 limit, since = self._send_timeout_s, self._writing_since
                 if limit is not None and since is not None and anyio.current_time() - since >= limit:
-                    log.warning("websocket from %s did not take a message for %gs; closing it", self.client_host, limit)
-                    self._stalled = True
+                    self._stalled = self._too_slow(limit)
                     handler.cancel()
                     return
         finally:
@@ -507,8 +510,8 @@ class WebSocket:
             with anyio.move_on_after(1.0, shield=True):
                 status = 500 if exc is not None else 403
                 await self.reject(HttpError(status, "WebSocket not accepted"))
-        elif self._stalled:
-            await self.close(CLOSE_POLICY_VIOLATION, _too_slow(self._send_timeout_s or 0.0))
+        elif self._stalled is not None:
+            await self.close(CLOSE_POLICY_VIOLATION, self._stalled)
         elif isinstance(exc, anyio.get_cancelled_exc_class()):
             await self.close(CLOSE_GOING_AWAY, "Server shutting down", timeout_s=_SHUTDOWN_CLOSE_S)
         elif exc is not None:
@@ -519,7 +522,3 @@ class WebSocket:
 
     def __repr__(self) -> str:
         return f"<WebSocket {self.path} {self._state} from {self.client_host}>"
-
-
-def _too_slow(limit: float) -> str:
-    return f"client too slow: a message was not read within {limit:g}s"
