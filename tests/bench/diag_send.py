@@ -12,8 +12,9 @@ Variants: without a send timeout; with one (``send_timeout_s``, as openfang and 
 set it) and the watch of sends running beside the handler, as the router runs it (no deadline
 per frame); with one and no watch (a cancel scope with a deadline per frame, as every frame
 had before the watch). The same for ``SSEStream.send_raw``: in an ``open_sse`` block, where
-the client watch looks after the writes, and a stream with no watch (a deadline per write). The building blocks: anyio's default lock (a scheduling round per
-acquire) against ``fast_acquire`` (what the wrapper uses), the clock, a cancel scope.
+the client watch looks after the writes, and a stream with no watch (a deadline per write).
+The building blocks: anyio's default lock (a scheduling round per acquire) against
+``fast_acquire`` (what the wrappers use), the clock, a cancel scope.
 """
 
 from __future__ import annotations
