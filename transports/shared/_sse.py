@@ -18,6 +18,7 @@ from functools import partial
 import anyio
 
 from ._http import Request
+from ._stall import SendTimer
 from ._tracker import tracker_for
 
 __all__ = ["ClientWatch", "SSEStream", "format_sse", "open_sse", "watching", "write_frames"]
@@ -85,19 +86,26 @@ class SSEStream:
         # The response's end went out (with the last bytes): nothing is sent after it.
         self._ended = False
         self._last_write = anyio.current_time()
-        # When the write under way began (None: none is); the client watch looks at it.
-        self._writing_since: float | None = None
+        # The send timeout and the write under way, which the client watch looks at.
+        self._sends = SendTimer()
         # The client watch ends a write the client does not take (:meth:`_look`): the
         # stream's block writes without a deadline of its own.
         self._watched = False
         self._scope: anyio.CancelScope | None = None
         self._disconnected = anyio.Event()
-        #: An event the client does not take within this many seconds means it stopped
-        #: reading: the stream ends (as if the client had gone) instead of waiting for it
-        #: forever. None waits as long as it takes. Streaming transports set it (the
-        #: kernel's ``session.lag_grace_s``); a client resumes with ``Last-Event-ID``
-        #: where the dialect has it.
-        self.send_timeout_s: float | None = None
+
+    @property
+    def send_timeout_s(self) -> float | None:
+        """An event the client does not take within this many seconds means it stopped
+        reading: the stream ends (as if the client had gone) instead of waiting for it
+        forever. None waits as long as it takes. Streaming transports set it (the
+        kernel's ``session.lag_grace_s``); a client resumes with ``Last-Event-ID``
+        where the dialect has it."""
+        return self._sends.limit
+
+    @send_timeout_s.setter
+    def send_timeout_s(self, limit: float | None) -> None:
+        self._sends.limit = limit
 
     @property
     def closed(self) -> bool:
@@ -122,7 +130,7 @@ class SSEStream:
             if self._closed:
                 return False
             message = {"type": "http.response.body", "body": chunk, "more_body": not last}
-            started = self._writing_since = anyio.current_time()
+            started = self._sends.since = anyio.current_time()
             cut = False
             try:
                 if limit is not None and (own_deadline or not self._watched):
@@ -135,7 +143,7 @@ class SSEStream:
                 self._mark_closed()
                 return False
             finally:
-                self._writing_since = None
+                self._sends.since = None
             if last:  # a send cut by its deadline did not end the response: the stream's close does
                 self._ended = not cut
                 self._mark_closed()
@@ -169,9 +177,6 @@ class SSEStream:
         """Send one event (one socket write).  False once the stream is closed."""
         return await self._write(format_sse(data, event=event, id=id, retry_ms=retry_ms))
 
-    async def comment(self, text: str = "keep-alive") -> bool:
-        return await self._write(format_comment(text))
-
     def _mark_closed(self) -> None:
         self._closed = True
         self._disconnected.set()
@@ -188,14 +193,10 @@ class SSEStream:
         await self.shutdown()
 
     def _next_look(self) -> float:
-        """When the client watch is to look at the stream next (anyio's clock): when the write
-        under way outlives the send timeout, or a keep-alive falls due; while nothing is being
-        written, within one send timeout too, so a write that starts meanwhile is seen in time."""
-        limit = self.send_timeout_s
-        if limit is not None and self._writing_since is not None:
-            return self._writing_since + limit
-        due = self._last_write + self.keepalive_interval_s if self.keepalive_interval_s > 0 else math.inf
-        return min(due, anyio.current_time() + limit) if limit is not None else due
+        """When the client watch is to look at the stream next (anyio's clock): for the write
+        under way (:meth:`SendTimer.next_look`), or when a keep-alive falls due."""
+        keepalive_due = self._last_write + self.keepalive_interval_s if self.keepalive_interval_s > 0 else math.inf
+        return self._sends.next_look(anyio.current_time(), keepalive_due)
 
     async def _look(self) -> bool:
         """The client watch's look (:meth:`_next_look` came): a write the client did not take
@@ -204,11 +205,11 @@ class SSEStream:
         if self._closed:
             return False
         now = anyio.current_time()
-        limit = self.send_timeout_s
-        if self._writing_since is not None:
-            if limit is not None and now - self._writing_since >= limit:
-                await self._let_go(limit)
-                return False
+        if self._sends.stalled(now):
+            assert self._sends.limit is not None
+            await self._let_go(self._sends.limit)
+            return False
+        if self._sends.since is not None:
             return True
         if self.keepalive_interval_s <= 0 or now < self._last_write + self.keepalive_interval_s:
             return True

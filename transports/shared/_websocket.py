@@ -34,6 +34,7 @@ from ._http import (
     parse_query,
 )
 from ._security import ANONYMOUS, KeyResolver, SlidingWindowLimiter, origin_allowed, resolve_caller
+from ._stall import SendTimer
 from ._tracker import tracker_for
 
 __all__ = [
@@ -174,9 +175,8 @@ class WebSocket:
         self._recv_scope: anyio.CancelScope | None = None
         self._limiter = SlidingWindowLimiter(self.config.rate_limit_per_minute, 60.0)
         self._last_activity = anyio.current_time()
-        self._send_timeout_s: float | None = None
-        # When the send under way began (None: none is), for the watch of sends.
-        self._writing_since: float | None = None
+        # The send timeout and the send under way, for the watch of sends.
+        self._sends = SendTimer()
         # The watch of sends (:meth:`watch_sends`) runs: a send makes no deadline of its own.
         self._sends_watched = False
         # The watch's wait for its next look, moved when the send timeout is set.
@@ -190,13 +190,13 @@ class WebSocket:
         the socket is closed with 1008 instead of waiting for it forever. None waits as long
         as it takes. Streaming transports set it (the kernel's ``session.lag_grace_s``: the
         same "fell behind too long" rule)."""
-        return self._send_timeout_s
+        return self._sends.limit
 
     @send_timeout_s.setter
     def send_timeout_s(self, limit: float | None) -> None:
-        self._send_timeout_s = limit
+        self._sends.limit = limit
         if self._looking is not None:
-            self._looking.deadline = self._next_look()
+            self._looking.deadline = self._sends.next_look(anyio.current_time())
 
     # ------------------------------------------------------------------ state
     @property
@@ -377,7 +377,7 @@ class WebSocket:
         async with self._send_lock:
             if self._state != "connected" or self._closing:
                 return False
-            started = self._writing_since = anyio.current_time()
+            started = self._sends.since = anyio.current_time()
             try:
                 if limit is None or self._sends_watched:
                     for text in texts:
@@ -390,7 +390,7 @@ class WebSocket:
                 self._mark_closed(1006, "connection lost")
                 return False
             finally:
-                self._writing_since = None
+                self._sends.since = None
             now = anyio.current_time()
             # Measured, not only cancelled: hypercorn's trio worker shields its socket
             # writes, so there a stalled write is noticed when it finally completes.
@@ -407,16 +407,6 @@ class WebSocket:
         log.warning("websocket from %s did not take a message for %gs; closing it", self.client_host, limit)
         return f"client too slow: a message was not read within {limit:g}s"
 
-    def _next_look(self) -> float:
-        """When the watch of sends looks next (anyio's clock): when the send under way outlives
-        the send timeout; while none is under way, within one send timeout, so that a send
-        starting meanwhile is seen in time. Never without a send timeout."""
-        limit = self._send_timeout_s
-        if limit is None:
-            return math.inf
-        since = self._writing_since
-        return since + limit if since is not None else anyio.current_time() + limit
-
     async def watch_sends(self, handler: anyio.CancelScope) -> None:
         """Run beside the connection's handler (the router does): a send the client does not
         take within :attr:`send_timeout_s` cancels ``handler`` — the stalled send with it, where
@@ -424,13 +414,13 @@ class WebSocket:
         (:meth:`__aexit__`). One task per connection instead of a deadline per send."""
         self._sends_watched = True
         try:
-            while not (self.closed and self._writing_since is None):
-                with anyio.CancelScope(deadline=self._next_look()) as self._looking:
+            while not (self.closed and self._sends.since is None):
+                with anyio.CancelScope(deadline=self._sends.next_look(anyio.current_time())) as self._looking:
                     await anyio.sleep_forever()
                 self._looking = None
-                limit, since = self._send_timeout_s, self._writing_since
-                if limit is not None and since is not None and anyio.current_time() - since >= limit:
-                    self._stalled = self._too_slow(limit)
+                if self._sends.stalled(anyio.current_time()):
+                    assert self._sends.limit is not None
+                    self._stalled = self._too_slow(self._sends.limit)
                     handler.cancel()
                     return
         finally:
