@@ -262,6 +262,10 @@ class Router:
             if not started:
                 err = HttpError(500, "Internal server error", code="internal")
                 await error_response(err, self.error_body).send_to(tracking_send)
+        finally:
+            # The wrapper refers to the request: unhooked, the two are freed when the request
+            # ends instead of waiting in a reference cycle for the garbage collector.
+            request.send = send
 
     def _check_origin_and_rate(self, request: Request, route: _Route | None) -> None:
         origin = request.headers.get("origin")

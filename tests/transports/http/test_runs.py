@@ -233,7 +233,7 @@ async def test_a_failure_after_the_model_accepted_ends_the_stream_as_a_failure(d
     ],
 )
 async def test_a_whole_answer_is_sent_before_its_watch_stops_and_its_session_is_deleted(path: str, body: dict[str, object]) -> None:
-    """A non-stream answer goes out first; stopping the client's watch (a task cancelled and
+    """A non-stream answer goes out first; stopping the client's watch (its task stopped and
     joined) and deleting the throw-away session come after it, not before the client has it."""
     from transports.http.server import HttpApp
 
@@ -242,12 +242,14 @@ async def test_a_whole_answer_is_sent_before_its_watch_stops_and_its_session_is_
         order: list[str] = []
         sessions_at_body: list[int] = []
         delivered = False
+        watch_waits = anyio.Event()
 
         async def receive() -> dict[str, object]:
             nonlocal delivered
             if not delivered:
                 delivered = True
                 return {"type": "http.request", "body": msgspec.json.encode(body), "more_body": False}
+            watch_waits.set()
             try:
                 await anyio.sleep_forever()
             finally:
@@ -256,6 +258,7 @@ async def test_a_whole_answer_is_sent_before_its_watch_stops_and_its_session_is_
 
         async def send(message: dict[str, object]) -> None:
             if message["type"] == "http.response.body":
+                await watch_waits.wait()  # the watch is under way (a stopped one never waits)
                 order.append("body")
                 sessions_at_body.append(len(kernel.sessions))
             elif message["type"] == "http.response.start":
