@@ -36,6 +36,7 @@ from transports.shared import (
     WsTooLarge,
     add_health_routes,
     add_metrics_route,
+    beside,
     page_url,
     resolve_token,
     serve_http,
@@ -125,9 +126,8 @@ class AgentSocket:
 
     async def run(self) -> None:
         await self.send(self.codec.hello(self.agents.infos()))
-        async with anyio.create_task_group() as tg:
+        async with beside(self._watch_agents), anyio.create_task_group() as tg:
             self._tg = tg
-            tg.start_soon(self._watch_agents)
             async for event in self.ws:
                 match event:
                     case WsText(text=text):

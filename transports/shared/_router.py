@@ -24,10 +24,12 @@ import math
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import anyio
 
+from ._beside import beside
 from ._config import HttpServerConfig, ServerConfig, resolve_token
 from ._http import (
     ASGIReceive,
@@ -334,10 +336,10 @@ class Router:
                     require_auth=route.auth, path_params=match.groupdict(), error_body=self.error_body,
                 )
                 try:
-                    async with ws, anyio.create_task_group() as handling:
-                        handling.start_soon(ws.watch_sends, handling.cancel_scope)
-                        await route.handler(ws)
-                        handling.cancel_scope.cancel()
+                    async with ws:
+                        with anyio.CancelScope() as handling:
+                            async with beside(partial(ws.watch_sends, handling)):
+                                await route.handler(ws)
                 except Exception:
                     log.exception("unhandled error in WebSocket %s", scope["path"])
                 return

@@ -17,6 +17,7 @@ from functools import partial
 
 import anyio
 
+from ._beside import beside
 from ._http import Request
 from ._stall import SendTimer
 from ._tracker import tracker_for
@@ -240,18 +241,6 @@ class ClientWatch:
         self._due: Callable[[], float] | None = None
         self._tick: Callable[[], Awaitable[bool]] | None = None
         self._waiting: anyio.CancelScope | None = None
-        self._running: anyio.CancelScope | None = None
-        self._stopped = False
-
-    def stop(self) -> None:
-        """End :meth:`run` (the answer is over), whatever it is doing: it returns rather than
-        being cancelled. A cancelled task leaves its ``CancelledError`` in a reference cycle
-        (anyio's task group keeps it in a frame of its own traceback): 47 objects an answer,
-        with the watch's frames and scopes, that only the garbage collector could free."""
-        self._stopped = True
-        if self._running is not None:
-            self._running.cancel()
-
     def on_gone(self, act: Callable[[], object] | None) -> None:
         """Call ``act`` when the client goes (at once if it went already), instead of what
         was given before; None: nothing."""
@@ -268,34 +257,26 @@ class ClientWatch:
 
     async def run(self) -> None:
         request = self.request
-        with anyio.CancelScope() as self._running:
-            if self._stopped:
-                return
-            while not request.disconnected:
-                with anyio.CancelScope(deadline=self._due() if self._due is not None else math.inf) as self._waiting:
-                    message = await request.receive()
-                    if message["type"] == "http.disconnect":
-                        request.disconnected = True
-                self._waiting = None
-                tick = self._tick
-                if tick is not None and not request.disconnected and not await tick() and self._tick is tick:
-                    self.every(None)
-        self._running = None
-        if request.disconnected and not self._stopped and self._on_gone is not None:
+        while not request.disconnected:
+            with anyio.CancelScope(deadline=self._due() if self._due is not None else math.inf) as self._waiting:
+                message = await request.receive()
+                if message["type"] == "http.disconnect":
+                    request.disconnected = True
+            self._waiting = None
+            tick = self._tick
+            if tick is not None and not request.disconnected and not await tick() and self._tick is tick:
+                self.every(None)
+        if self._on_gone is not None:
             self._on_gone()
 
 
 @asynccontextmanager
 async def watching(request: Request) -> AsyncIterator[ClientWatch]:
     """A :class:`ClientWatch` of ``request``'s client for the block (read the body first),
-    stopped (:meth:`ClientWatch.stop`), not cancelled, when the block ends."""
-    async with anyio.create_task_group() as tasks:
-        watch = ClientWatch(request)
-        tasks.start_soon(watch.run)
-        try:
-            yield watch
-        finally:
-            watch.stop()
+    stopped when the block ends (:func:`~transports.shared._beside.beside`)."""
+    watch = ClientWatch(request)
+    async with beside(watch.run):
+        yield watch
 
 
 @asynccontextmanager

@@ -1,13 +1,9 @@
-"""A proxied request leaves nothing for the garbage collector: its objects are freed by
-reference counting when it ends. Garbage in reference cycles makes the collector run more
-often, and a full collection of the gateway's heap stops every stream for 10-35 ms (issue 27:
-a cancelled watch task and the router's send wrapper left 67 objects a request in cycles)."""
+"""A proxied request leaves nothing for the garbage collector (:mod:`tests.cycles`): a
+cancelled watch task and the router's send wrapper left 67 objects a request in cycles."""
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -15,6 +11,7 @@ import msgspec
 import pytest
 
 from kernel.testing import ScriptedProvider, running_kernel, text_turn
+from tests.cycles import garbage_of
 from transports.http import HttpConfig
 from transports.http.server import HttpApp
 
@@ -64,22 +61,6 @@ async def call(app: HttpApp, path: str, body: dict[str, Any], *, leave_after_fir
     with anyio.fail_after(10):
         await app(http_scope(path), receive, send)
     return status, b"".join(received)
-
-
-async def garbage_of(requests: Callable[[], Awaitable[None]]) -> Counter[str]:
-    """The objects ``requests`` left in reference cycles, by type (none: an empty counter)."""
-    await requests()  # first-use caches (codecs, compiled patterns) are not garbage
-    gc.collect()
-    gc.disable()
-    try:
-        await requests()
-        gc.set_debug(gc.DEBUG_SAVEALL)
-        gc.collect()
-        return Counter(type(thing).__qualname__ for thing in gc.garbage)
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        gc.enable()
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
