@@ -22,6 +22,7 @@ _EXPORTS: dict[str, str] = {
     "ProviderFactory": ".kernel",
     "gateway_version": ".kernel",
     "lazy_exports": ".lazy",
+    "beside": ".side_tasks",
     "Follower": ".follow",
     "RunFollower": ".follow",
     "RunWatch": ".watch",
@@ -200,6 +201,7 @@ if TYPE_CHECKING:
     from .settings import load_settings as load_settings
     from .settings import mask_secret as mask_secret
     from .settings import mask_secrets as mask_secrets
+    from .side_tasks import beside as beside
     from .store import KEY_COLUMNS as KEY_COLUMNS
     from .store import KEY_USAGE_SQL as KEY_USAGE_SQL
     from .store import SessionRecord as SessionRecord

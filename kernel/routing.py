@@ -19,6 +19,7 @@ import msgspec
 from . import model as m
 from .cluster import READ_ONLY, ROUTED, Cluster, CommandWithdrawn, RemoteSubscription, events_lost_at_takeover, owner_lost
 from .host import seq_key
+from .side_tasks import beside
 
 if TYPE_CHECKING:
     from .observe import Observers
@@ -118,21 +119,19 @@ class ClusterRouting:
         if isinstance(command, m.ConfigureSession) and (command.files is not msgspec.UNSET or command.tool_sources is not msgspec.UNSET):
             raise m.KernelError("invalid_request", f"session {command.session_id} runs on another gateway instance: it cannot take in-process objects")
         outcome: list[m.Reply | m.KernelError] = []
-        async with anyio.create_task_group() as waiting:
+        with anyio.CancelScope() as forwarding:
 
-            async def attempt() -> None:
+            async def stop() -> None:
+                await self.host.stopping.wait()
+                forwarding.cancel()
+
+            # The wait runs in this task and the watch of the kernel's stop beside it: no task
+            # is cancelled from outside, which left a reference cycle a command (kernel/side_tasks.py).
+            async with beside(stop):
                 try:
                     outcome.append(await self._forward_once(owner, command))
                 except m.KernelError as exc:
                     outcome.append(exc)
-                waiting.cancel_scope.cancel()
-
-            async def stop() -> None:
-                await self.host.stopping.wait()
-                waiting.cancel_scope.cancel()
-
-            waiting.start_soon(attempt)
-            waiting.start_soon(stop)
         if not outcome:
             log.warning("stopping while %s for session %s waited on instance %s: answered draining", type(command).__name__, command.session_id, owner)
             raise m.KernelError("draining", f"this gateway instance stopped while instance {owner} had not answered for session {command.session_id}: retry")

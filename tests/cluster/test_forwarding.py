@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
@@ -29,6 +30,7 @@ from kernel.cluster import RemoteSubscription, events_lost_at_takeover
 from kernel.routing import ClusterRouting
 from kernel.testing import running_kernel
 from plugins.cluster.redis import CancelledIsNoFailure, Forwarded, RedisCluster
+from tests.cycles import garbage_of
 from tests.services import redis_url
 
 pytestmark = pytest.mark.anyio
@@ -204,6 +206,30 @@ async def test_after_a_failed_forward_a_command_is_carried_out_here_only_when_it
             history = await kernel.execute(m.GetHistory(session_id="s"))
             assert history.messages == ()
         assert "s" in kernel.sessions  # the session was taken over either way
+
+
+class AnsweringCluster(ScriptedCluster):
+    """A cluster whose sessions are all owned by a live instance "there", which answers."""
+
+    async def claim(self, session_id: str) -> str | None:
+        return "there"
+
+    async def forward(self, owner: str, command: m.Command) -> m.Reply:
+        await anyio.lowlevel.checkpoint()
+        return m.Done()
+
+
+async def test_a_forwarded_command_leaves_no_reference_cycles() -> None:
+    """The wait for the owner's reply runs beside a watch of the kernel's stop; that watch
+    is stopped, not cancelled from outside, when the reply comes (kernel/side_tasks.py)."""
+    async with running_kernel() as kernel:
+        routing = ClusterRouting(kernel, AnsweringCluster(KernelError("unused", "unused")))  # type: ignore[arg-type]
+
+        async def forwarded() -> None:
+            for _ in range(5):
+                assert await routing.route(m.GetHistory(session_id="s")) == m.Done()
+
+        assert await garbage_of(forwarded) == Counter()
 
 
 async def test_blocking_reads_cancelled_by_the_hundred_leave_the_connection_pool_whole() -> None:

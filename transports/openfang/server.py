@@ -22,7 +22,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup, TaskStatus
 
-from kernel import Follower, Kernel
+from kernel import Follower, Kernel, beside
 from kernel import model as m
 from transports.base import BannerLine, ConsoleFactory
 from transports.shared import (
@@ -36,7 +36,6 @@ from transports.shared import (
     WsTooLarge,
     add_health_routes,
     add_metrics_route,
-    beside,
     page_url,
     resolve_token,
     serve_http,

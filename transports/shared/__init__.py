@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 from kernel import lazy_exports
 
 _MODULES: dict[str, tuple[str, ...]] = {
-    "._beside": ("beside",),
     "._config": ("LOOPBACK_ORIGINS", "TOKEN_ENV_VAR", "ConfigError", "HttpServerConfig", "ServerConfig", "is_loopback_host", "resolve_token", "validate_bind"),
     "._http": ("ErrorShaper", "Headers", "HttpError", "Request", "Response", "default_error_body", "error_response", "json_response"),
     "._health": ("ReadinessSource", "add_health_routes"),
@@ -47,7 +46,6 @@ _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 __getattr__, __all__ = lazy_exports(__name__, _WHERE)
 
 if TYPE_CHECKING:
-    from ._beside import beside as beside
     from ._config import LOOPBACK_ORIGINS as LOOPBACK_ORIGINS
     from ._config import TOKEN_ENV_VAR as TOKEN_ENV_VAR
     from ._config import ConfigError as ConfigError

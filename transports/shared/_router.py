@@ -29,7 +29,8 @@ from typing import Any, TypeVar
 
 import anyio
 
-from ._beside import beside
+from kernel import beside
+
 from ._config import HttpServerConfig, ServerConfig, resolve_token
 from ._http import (
     ASGIReceive,

@@ -17,7 +17,8 @@ from functools import partial
 
 import anyio
 
-from ._beside import beside
+from kernel import beside
+
 from ._http import Request
 from ._stall import SendTimer
 from ._tracker import tracker_for
@@ -273,7 +274,7 @@ class ClientWatch:
 @asynccontextmanager
 async def watching(request: Request) -> AsyncIterator[ClientWatch]:
     """A :class:`ClientWatch` of ``request``'s client for the block (read the body first),
-    stopped when the block ends (:func:`~transports.shared._beside.beside`)."""
+    stopped when the block ends (:func:`kernel.beside`)."""
     watch = ClientWatch(request)
     async with beside(watch.run):
         yield watch

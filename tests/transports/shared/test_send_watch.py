@@ -5,11 +5,13 @@ router, with an ASGI client played by the test, on asyncio and trio."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import anyio
 import pytest
 
+from tests.cycles import garbage_of
 from transports.shared import Router, ServerConfig, WebSocket
 
 pytestmark = pytest.mark.anyio
@@ -106,3 +108,23 @@ async def test_without_a_send_timeout_a_stalled_send_waits() -> None:
         await anyio.sleep(0.2)
         assert client.close is None  # still waiting for the client
         tasks.cancel_scope.cancel()
+
+
+async def test_a_websocket_connection_through_the_router_leaves_no_reference_cycles() -> None:
+    """The router's watch of a connection's sends runs beside its handler."""
+
+    async def handler(ws: WebSocket) -> None:
+        assert await ws.accept()
+        ws.send_timeout_s = 5.0
+        assert await ws.send_text("hello")
+
+    router = router_with(handler)
+
+    async def connections() -> None:
+        for _ in range(5):
+            client = Client()
+            with anyio.fail_after(5):
+                await router(client.scope, client.receive, client.send)
+            assert client.texts == ["hello"] and client.close is not None and client.close["code"] == 1000
+
+    assert await garbage_of(connections) == Counter()

@@ -1,4 +1,5 @@
-"""A helper task that lives as long as a block: a connection's watch of its client.
+"""A helper task that lives as long as a block: a connection's watch of its client, a
+forwarded command's watch of the kernel's stop.
 
 When the block ends the task is *stopped*, not cancelled from outside: it runs in a cancel
 scope of its own, which is cancelled, and returns. A task cancelled from outside ends with

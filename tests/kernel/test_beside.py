@@ -9,9 +9,8 @@ from collections import Counter
 import anyio
 import pytest
 
+from kernel import beside
 from tests.cycles import garbage_of
-from tests.transports.shared.test_send_watch import Client, router_with
-from transports.shared import WebSocket, beside
 
 pytestmark = pytest.mark.anyio
 
@@ -96,23 +95,3 @@ async def test_a_stopped_task_leaves_no_reference_cycles() -> None:
                 await anyio.lowlevel.checkpoint()
 
     assert await garbage_of(blocks) == Counter()
-
-
-async def test_a_websocket_connection_through_the_router_leaves_no_reference_cycles() -> None:
-    """The router's watch of a connection's sends runs beside its handler."""
-
-    async def handler(ws: WebSocket) -> None:
-        assert await ws.accept()
-        ws.send_timeout_s = 5.0
-        assert await ws.send_text("hello")
-
-    router = router_with(handler)
-
-    async def connections() -> None:
-        for _ in range(5):
-            client = Client()
-            with anyio.fail_after(5):
-                await router(client.scope, client.receive, client.send)
-            assert client.texts == ["hello"] and client.close is not None and client.close["code"] == 1000
-
-    assert await garbage_of(connections) == Counter()
