@@ -6,7 +6,8 @@ scope of its own, which is cancelled, and returns. A task cancelled from outside
 its ``CancelledError``, which anyio's task group (asyncio) keeps in a frame of its own
 traceback: a reference cycle of some 45 objects (the task's frames, scopes and futures) that
 only the garbage collector frees. One per answer made the collector run every few requests
-and, now and then, stop every stream for a full collection of the heap (10-35 ms).
+and, now and then, stop every stream for a full collection of the heap (25-40 ms in the
+gateway process; docs/performance.md, issue 27, thirteenth pass).
 """
 
 from __future__ import annotations

@@ -242,6 +242,7 @@ class ClientWatch:
         self._due: Callable[[], float] | None = None
         self._tick: Callable[[], Awaitable[bool]] | None = None
         self._waiting: anyio.CancelScope | None = None
+
     def on_gone(self, act: Callable[[], object] | None) -> None:
         """Call ``act`` when the client goes (at once if it went already), instead of what
         was given before; None: nothing."""

@@ -29,6 +29,16 @@ async def http_server(kernel: Kernel, **overrides: Any) -> AsyncIterator[str]:
             tg.cancel_scope.cancel()
 
 
+def http_scope(path: str) -> dict[str, Any]:
+    """The ASGI scope of a JSON POST to ``path`` (the ASGI app called in process)."""
+    return {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"), (b"anthropic-version", b"2023-06-01")],
+        "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000), "state": {},
+    }
+
+
 def client(url: str, token: str | None = None, **kw: Any) -> httpx.AsyncClient:
     headers = {"authorization": f"Bearer {token}"} if token else {}
     return httpx.AsyncClient(base_url=url, headers=headers, timeout=20.0, **kw)

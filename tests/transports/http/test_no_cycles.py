@@ -15,6 +15,8 @@ from tests.cycles import garbage_of
 from transports.http import HttpConfig
 from transports.http.server import HttpApp
 
+from ._helpers import http_scope
+
 pytestmark = pytest.mark.anyio
 
 ROUTES = [
@@ -22,15 +24,6 @@ ROUTES = [
     ("/v1/responses", {"model": "default", "input": "hi", "store": False}),
     ("/v1/messages", {"model": "default", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}),
 ]
-
-
-def http_scope(path: str) -> dict[str, Any]:
-    return {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-        "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"), (b"anthropic-version", b"2023-06-01")],
-        "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000), "state": {},
-    }
 
 
 async def call(app: HttpApp, path: str, body: dict[str, Any], *, leave_after_first_body: bool = False) -> tuple[int, bytes]:

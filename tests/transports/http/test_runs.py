@@ -18,7 +18,7 @@ from kernel.testing import ScriptedProvider, running_kernel, text_turn
 from transports.http import HttpConfig, HttpTransport
 from transports.shared import ConfigError
 
-from ._helpers import client, http_server, sse_events
+from ._helpers import client, http_scope, http_server, sse_events
 
 pytestmark = pytest.mark.anyio
 
@@ -264,13 +264,7 @@ async def test_a_whole_answer_is_sent_before_its_watch_stops_and_its_session_is_
             elif message["type"] == "http.response.start":
                 assert message["status"] == 200, message
 
-        scope = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-            "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-            "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"), (b"anthropic-version", b"2023-06-01")],
-            "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000), "state": {},
-        }
         with anyio.fail_after(10):
-            await app(scope, receive, send)
+            await app(http_scope(path), receive, send)
         assert order == ["body", "watch stopped"], order
         assert sessions_at_body == [1] and not kernel.sessions  # deleted after the body, before the app returned
