@@ -22,7 +22,9 @@ _EXPORTS: dict[str, str] = {
     "ProviderFactory": ".kernel",
     "gateway_version": ".kernel",
     "lazy_exports": ".lazy",
-    "beside": ".side_tasks",
+    "beside": ".companions",
+    "side_tasks": ".companions",
+    "SideTasks": ".companions",
     "Follower": ".follow",
     "RunFollower": ".follow",
     "RunWatch": ".watch",
@@ -133,6 +135,9 @@ if TYPE_CHECKING:
     from .cluster import CommandWithdrawn as CommandWithdrawn
     from .commands import CommandContext as CommandContext
     from .commands import SlashCommand as SlashCommand
+    from .companions import SideTasks as SideTasks
+    from .companions import beside as beside
+    from .companions import side_tasks as side_tasks
     from .errors import ERROR_SPECS as ERROR_SPECS
     from .errors import ErrorSpec as ErrorSpec
     from .errors import error_spec as error_spec
@@ -201,7 +206,6 @@ if TYPE_CHECKING:
     from .settings import load_settings as load_settings
     from .settings import mask_secret as mask_secret
     from .settings import mask_secrets as mask_secrets
-    from .side_tasks import beside as beside
     from .store import KEY_COLUMNS as KEY_COLUMNS
     from .store import KEY_USAGE_SQL as KEY_USAGE_SQL
     from .store import SessionRecord as SessionRecord

@@ -18,8 +18,8 @@ import msgspec
 
 from . import model as m
 from .cluster import READ_ONLY, ROUTED, Cluster, CommandWithdrawn, RemoteSubscription, events_lost_at_takeover, owner_lost
+from .companions import beside
 from .host import seq_key
-from .side_tasks import beside
 
 if TYPE_CHECKING:
     from .observe import Observers
@@ -126,7 +126,7 @@ class ClusterRouting:
                 forwarding.cancel()
 
             # The wait runs in this task and the watch of the kernel's stop beside it: no task
-            # is cancelled from outside, which left a reference cycle a command (kernel/side_tasks.py).
+            # is cancelled from outside, which left a reference cycle a command (kernel/companions.py).
             async with beside(stop):
                 try:
                     outcome.append(await self._forward_once(owner, command))

@@ -221,7 +221,7 @@ class AnsweringCluster(ScriptedCluster):
 
 async def test_a_forwarded_command_leaves_no_reference_cycles() -> None:
     """The wait for the owner's reply runs beside a watch of the kernel's stop; that watch
-    is stopped, not cancelled from outside, when the reply comes (kernel/side_tasks.py)."""
+    is stopped, not cancelled from outside, when the reply comes (kernel/companions.py)."""
     async with running_kernel() as kernel:
         routing = ClusterRouting(kernel, AnsweringCluster(KernelError("unused", "unused")))  # type: ignore[arg-type]
 

@@ -18,9 +18,9 @@ from functools import partial
 
 import anyio
 import msgspec
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskStatus
 
-from kernel import Follower, Kernel, KernelError
+from kernel import Follower, Kernel, KernelError, SideTasks, side_tasks
 from kernel import model as m
 from transports.base import BannerLine
 from transports.shared import (
@@ -118,20 +118,21 @@ class _Connection:
     async def run(self) -> None:
         follower = await Follower.open(self.kernel, self.session_id, client="agent-cli", caller=self.caller)
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self.write_events, follower)
-                await self.read(tg)
-                tg.cancel_scope.cancel()
+            # The writer and the commands still running are stopped, not cancelled from outside,
+            # when the client goes (kernel/companions.py).
+            async with side_tasks() as tasks:
+                tasks.start_soon(self.write_events, follower)
+                await self.read(tasks)
         finally:
             with anyio.CancelScope(shield=True):
                 await self.release(follower)
 
     # -------------------------------------------------------------- reading
 
-    async def read(self, tg: TaskGroup) -> None:
+    async def read(self, tasks: SideTasks) -> None:
         async for event in self.ws:
             if isinstance(event, WsText):
-                await self.on_frame(event.text, tg)
+                await self.on_frame(event.text, tasks)
             elif isinstance(event, WsTooLarge):
                 await self.send([self.codec.too_large(event.size_bytes, event.limit_bytes)])
             elif isinstance(event, WsRateLimited):
@@ -149,13 +150,13 @@ class _Connection:
             return False
         return info is not None and info.busy
 
-    async def on_frame(self, text: str, tg: TaskGroup) -> None:
+    async def on_frame(self, text: str, tasks: SideTasks) -> None:
         decoded = self.codec.decode(text)
         if isinstance(decoded, str):
             await self.send([decoded])
         elif isinstance(decoded.command, m.RunCommand):
             await self.commands.acquire()
-            tg.start_soon(self.run_command, decoded)
+            tasks.start_soon(self.run_command, decoded)
         else:
             await self.execute(decoded)
 

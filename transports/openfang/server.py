@@ -20,9 +20,9 @@ import logging
 
 import anyio
 import msgspec
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskStatus
 
-from kernel import Follower, Kernel, beside
+from kernel import Follower, Kernel, SideTasks, side_tasks
 from kernel import model as m
 from transports.base import BannerLine, ConsoleFactory
 from transports.shared import (
@@ -118,15 +118,18 @@ class AgentSocket:
             coalesce_s=config.coalesce_ms / 1000.0,
             coalesce_chars=config.coalesce_chars,
         )
-        self._tg: TaskGroup | None = None
+        self._tasks: SideTasks | None = None
 
     async def send(self, frames: list[ServerEvent]) -> bool:
         return await self.ws.send_texts([encode(frame) for frame in frames]) if frames else True
 
     async def run(self) -> None:
         await self.send(self.codec.hello(self.agents.infos()))
-        async with beside(self._watch_agents), anyio.create_task_group() as tg:
-            self._tg = tg
+        # The poll of the agent list and the session forwards are stopped, not cancelled from
+        # outside, when the socket is done (kernel/companions.py).
+        async with side_tasks() as tasks:
+            self._tasks = tasks
+            tasks.start_soon(self._watch_agents)
             async for event in self.ws:
                 match event:
                     case WsText(text=text):
@@ -140,7 +143,6 @@ class AgentSocket:
                     case WsIdle(idle_s=idle):
                         await self.send([idle_closed(idle)])
                         await self.ws.close(CLOSE_NORMAL, "idle timeout")
-            tg.cancel_scope.cancel()
 
     # ------------------------------------------------------------------ inbound
 
@@ -208,10 +210,10 @@ class AgentSocket:
 
     async def _follow(self, session_id: str) -> None:
         """Subscribe to a session (once) before the first prompt goes to it."""
-        assert self._tg is not None
+        assert self._tasks is not None
         follower = await Follower.open(self.kernel, session_id, client="openfang", caller=self.caller)
         self.codec.follow(session_id)
-        self._tg.start_soon(self._forward, follower)
+        self._tasks.start_soon(self._forward, follower)
 
     async def _forward(self, follower: Follower) -> None:
         session_id = follower.session_id

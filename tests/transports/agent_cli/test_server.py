@@ -23,6 +23,7 @@ from kernel.testing import (
 )
 from plugins.commands.builtin import BUILTIN_COMMANDS
 from tests.asyncio_clients import in_asyncio
+from tests.cycles import garbage_of
 from transports.agent_cli.codec import TURN_DECLINED
 
 from .helpers import TOOLS, body, client, serve, text, unit
@@ -513,3 +514,24 @@ async def test_idle_connection_is_closed_but_not_while_a_run_waits() -> None:
 
         frames, code = await in_asyncio(go)
     assert frames[-1]["response"] == {"Text": "ok"} and code == 1000
+
+
+async def test_a_connection_that_ends_leaves_no_task_of_its_own_in_a_reference_cycle() -> None:
+    """Its writer and its commands are stopped, not cancelled from outside, when the client
+    goes (kernel/companions.py): no frame, no ``CancelledError`` is left for the garbage
+    collector. (What the socket libraries leave when a connection closes is theirs.)"""
+    async with running_kernel(ScriptedProvider([text_turn("Hello", " world")])) as kernel, serve(kernel) as url:
+
+        async def connections() -> None:
+            async def go() -> None:
+                for index in range(3):
+                    async with client(url) as c:
+                        assert (await c.ask(text(f"r{index}", "hi")))[-1]["response"] == {"Text": "Hello world"}
+
+            await in_asyncio(go)
+            with anyio.fail_after(5):
+                while kernel.sessions:  # each connection's session is released when it closes
+                    await anyio.sleep(0.01)
+
+        garbage = await garbage_of(connections)
+    assert garbage["frame"] == 0 and garbage["CancelledError"] == 0, garbage.most_common(12)

@@ -18,6 +18,7 @@ from kernel.testing import ScriptedProvider, text_turn, tool_turn
 from kernel.tools import Tool
 from plugins.providers.echo import EchoProvider
 from tests.asyncio_clients import in_asyncio
+from tests.cycles import garbage_of
 from tests.kernel.helpers import StallingStore
 from transports.openfang.sessionids import alias
 
@@ -503,3 +504,27 @@ async def test_a_session_closed_under_a_run_that_has_not_ended_ends_the_sockets_
     assert turn(cut)[-2:] == ["typing:stop", "error"] and cut[-1]["content"] == m.SESSION_CLOSED
     assert "".join(f["content"] for f in cut if f["type"] == "text_delta") == "partial answer"
     assert again[-1]["type"] == "response" and again[-1]["content"] == "again"
+
+
+async def test_a_socket_that_ends_leaves_no_task_of_its_own_in_a_reference_cycle() -> None:
+    """Its poll of the agent list and its forward of the session it followed are stopped,
+    not cancelled from outside, when the socket is done (kernel/companions.py): no frame, no
+    ``CancelledError`` is left for the garbage collector."""
+    async with serving(ScriptedProvider([text_turn("Hello", " world")])) as server:
+
+        async def sockets() -> None:
+            async def go() -> None:
+                for _ in range(3):
+                    async with websockets.connect(server.ws_url) as ws:
+                        await recv(ws)
+                        await recv(ws)
+                        await ws.send(json.dumps({"type": "message", "content": "hi"}))
+                        assert (await recv_until(ws, "response", "error"))[-1]["type"] == "response"
+
+            await in_asyncio(go)
+            with anyio.fail_after(5):  # the server's side of the last socket ends after the client's
+                while any(session.hub.subscriber_count for session in server.kernel.sessions.values()):
+                    await anyio.sleep(0.01)
+
+        garbage = await garbage_of(sockets)
+    assert garbage["frame"] == 0 and garbage["CancelledError"] == 0, garbage.most_common(12)
