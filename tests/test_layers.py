@@ -179,3 +179,24 @@ def test_the_kernel_imports_no_outer_layer() -> None:
         for node in ast.walk(tree):
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names] if isinstance(node, ast.Import) else []
             assert not [n for n in names if n.split(".")[0] in ("transports", "plugins", "gateway")], f"{path.name}:{node.lineno}"
+
+
+LAZY_PACKAGES = sorted(
+    str(p.parent.relative_to(ROOT))
+    for top in ("kernel", "transports", "plugins", "gateway")
+    for p in (ROOT / top).glob("**/__init__.py")
+    if "lazy_exports(__name__" in p.read_text()
+)
+
+
+@pytest.mark.parametrize("package", LAZY_PACKAGES)
+def test_no_lazy_export_is_named_like_a_module_of_its_package(package: str) -> None:
+    """Once ``package.name`` is imported as a module, Python sets it on the package, and the
+    module hides the export of the same name (``from kernel import beside`` got the module
+    ``kernel/beside.py`` after another kernel module had imported it)."""
+    import importlib
+
+    directory = ROOT / package
+    modules = {p.stem for p in directory.glob("*.py") if p.stem != "__init__"} | {p.parent.name for p in directory.glob("*/__init__.py")}
+    exported = set(importlib.import_module(package.replace("/", ".")).__all__)
+    assert sorted(exported & modules) == []
